@@ -1,0 +1,70 @@
+# Two commands set everything up on a fresh machine:
+#   make build   patched PyTorch wheel for the catalog's default line and this host's Python
+#   make test    the project's own test suite (hermetic: no network beyond 127.0.0.1)
+# Each bootstraps the virtual environment it needs from pyproject.toml.
+
+HOST_PYTHON ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+
+# Passed through to `python -m build_scripts all` (empty: the catalog's default / the host's Python).
+VERSION ?=
+PYTHON  ?=
+SOURCE  ?=
+SHA256  ?=
+BUILD_ARGS ?=
+
+# The torch that the regression suite and benchmark run on when no patched wheel is installed.
+# 2.13.0 is a CPU build that pip finds without a large download on the project's machines.
+TEST_TORCH ?= torch==2.13.0
+DEVICE ?=
+REPORTS ?= reports
+SRC ?=
+TAG ?=
+
+.PHONY: help build test regress bench check-upstream ci-plan lint clean
+
+help:
+	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...]"
+	@echo "make test                    run the project's tests"
+	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
+	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
+	@echo "make check-upstream SRC=...  apply the series to a real upstream tree or unpacked wheel"
+	@echo "make ci-plan [TAG=v2.15.0-1] the release workflow's job graph and commands"
+
+$(VENV)/.stamp: pyproject.toml
+	$(HOST_PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+$(VENV)/.stamp-torch: $(VENV)/.stamp
+	$(PY) -m pip install -q '$(TEST_TORCH)' -e '.[regress]'
+	touch $@
+
+build: $(VENV)/.stamp
+	$(PY) -m build_scripts all \
+	  $(if $(VERSION),--version $(VERSION)) \
+	  $(foreach p,$(PYTHON),--python $(p)) \
+	  $(if $(SOURCE),--source $(SOURCE)) \
+	  $(if $(SHA256),--sha256 $(SHA256)) \
+	  $(BUILD_ARGS)
+
+test: $(VENV)/.stamp-torch
+	$(PY) -m pytest
+
+regress: $(VENV)/.stamp-torch
+	$(PY) -m tests.regress $(if $(DEVICE),--device $(DEVICE)) --out $(REPORTS)/regress $(REGRESS_ARGS)
+
+bench: $(VENV)/.stamp-torch
+	$(PY) -m tests.bench $(if $(DEVICE),--device $(DEVICE)) --out $(REPORTS)/bench $(BENCH_ARGS)
+
+check-upstream: $(VENV)/.stamp
+	@test -n "$(SRC)" || { echo "usage: make check-upstream SRC=<source tree or unpacked wheel> [VERSION=x.y.z]"; exit 2; }
+	$(PY) -m build_scripts check-upstream $(SRC) $(if $(VERSION),--version $(VERSION))
+
+ci-plan: $(VENV)/.stamp
+	$(PY) -m build_scripts ci-plan $(if $(TAG),--tag $(TAG))
+
+clean:
+	rm -rf $(VENV) build .cache $(REPORTS)
