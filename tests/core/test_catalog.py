@@ -1,0 +1,108 @@
+"""The release catalog: the shipped one is valid, and malformed ones say exactly what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from build_scripts import catalog
+from build_scripts.errors import CatalogError
+
+
+def test_shipped_catalog_is_valid() -> None:
+    loaded = catalog.load()
+    assert {"2.15.0", "2.14.1", "2.9.1", "2.6.0"} <= set(loaded.versions)
+    assert loaded.line().version == loaded.default_version
+    for line in loaded.lines:
+        assert line.source.url.endswith(f"/v{line.version}/pytorch-v{line.version}.tar.gz")
+        assert all(patch.is_file() for patch in line.patches)
+
+
+def _write(tmp_path: Path, document: object) -> Path:
+    (tmp_path / "0001-x.patch").write_text("")
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _minimal() -> dict[str, object]:
+    return {
+        "schema_version": 1,
+        "default_version": "1.0.0",
+        "local_label": "intelmac",
+        "lines": [
+            {
+                "version": "1.0.0",
+                "source": {"url": "http://127.0.0.1/x.tar.gz", "sha256": None, "pin_origin": "t"},
+                "patches": ["0001-x.patch"],
+                "python": ["3.12", "3.10"],
+                "macos_deployment_target": "14.0",
+                "mps_min_macos": "14.0",
+                "build_env": {},
+            }
+        ],
+    }
+
+
+def test_minimal_catalog_parses_to_typed_values(tmp_path: Path) -> None:
+    loaded = catalog.load(_write(tmp_path, _minimal()))
+    line = loaded.line("1.0.0")
+    assert line.python == ("3.10", "3.12")  # sorted as versions
+    assert line.patches == (tmp_path / "0001-x.patch",)
+    assert line.source.sha256 is None
+    assert loaded.wheel_version(line) == "1.0.0+intelmac"
+
+
+def test_error_names_file_entry_and_field(tmp_path: Path) -> None:
+    document = _minimal()
+    document["lines"][0]["python"] = ["three"]  # type: ignore[index]
+    path = _write(tmp_path, document)
+    with pytest.raises(CatalogError) as error:
+        catalog.load(path)
+    message = str(error.value)
+    assert str(path) in message
+    assert "entry 0 (version 1.0.0)" in message
+    assert "field 'python.0'" in message
+
+
+def test_bad_sha256_pin_is_named(tmp_path: Path) -> None:
+    document = _minimal()
+    document["lines"][0]["source"]["sha256"] = "abc"  # type: ignore[index]
+    with pytest.raises(CatalogError, match=r"field 'source.sha256'"):
+        catalog.load(_write(tmp_path, document))
+
+
+def test_missing_patch_file_is_named(tmp_path: Path) -> None:
+    document = _minimal()
+    document["lines"][0]["patches"] = ["0002-missing.patch"]  # type: ignore[index]
+    with pytest.raises(CatalogError, match=r"field 'patches': 0002-missing.patch does not exist"):
+        catalog.load(_write(tmp_path, document))
+
+
+def test_default_must_be_a_listed_line(tmp_path: Path) -> None:
+    document = _minimal()
+    document["default_version"] = "9.9.9"
+    with pytest.raises(CatalogError, match=r"field 'default_version': 9.9.9"):
+        catalog.load(_write(tmp_path, document))
+
+
+def test_unknown_version_lists_the_supported_ones(tmp_path: Path) -> None:
+    loaded = catalog.load(_write(tmp_path, _minimal()))
+    with pytest.raises(CatalogError, match=r"(?s)PyTorch 3.0.0 is not a supported.*Supported: 1.0.0"):
+        loaded.line("3.0.0")
+
+
+def test_not_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.yaml"
+    path.write_text("lines: [unclosed")
+    with pytest.raises(CatalogError, match="not valid YAML"):
+        catalog.load(path)
+
+
+def test_fingerprint_changes_with_patch_content(tmp_path: Path) -> None:
+    path = _write(tmp_path, _minimal())
+    before = catalog.load(path).line().series_fingerprint
+    (tmp_path / "0001-x.patch").write_text("changed")
+    assert catalog.load(path).line().series_fingerprint != before
