@@ -1,0 +1,7 @@
+"""Release CI for the patched PyTorch wheels.
+
+The GitHub Actions workflows in ``.github/workflows/`` stay thin: what they build and test
+comes from ``python -m build_scripts matrix`` (``ci.matrix``, generated from the release
+catalog), and what each job runs can be previewed with ``python -m build_scripts ci-plan``
+(``ci.plan``, read from the workflow files themselves).
+"""

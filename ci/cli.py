@@ -1,0 +1,86 @@
+"""The ``matrix`` and ``ci-plan`` subcommands of ``python -m build_scripts``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from build_scripts import catalog as catalog_module
+
+from . import matrix as matrix_module
+from . import plan as plan_module
+
+
+def _load(args: argparse.Namespace) -> catalog_module.Catalog:
+    return catalog_module.load(Path(args.catalog) if args.catalog else None)
+
+
+def run_matrix(args: argparse.Namespace) -> int:
+    catalog = _load(args)
+    lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines)
+    if args.kind == "all":
+        document: dict[str, Any] = matrix_module.all_matrices(catalog, lines)
+    else:
+        document = matrix_module.matrix(catalog, args.kind, lines)
+    if args.github_output:
+        _write_github_output(document if args.kind == "all" else {args.kind: document})
+    indent = None if args.compact else 2
+    print(json.dumps(document, indent=indent, sort_keys=True))
+    return 0
+
+
+def _write_github_output(outputs: dict[str, Any]) -> None:
+    """Append ``name=<compact json>`` lines to $GITHUB_OUTPUT, one job output per kind."""
+    target = os.environ.get("GITHUB_OUTPUT")
+    if not target:
+        raise SystemExit("error: --github-output needs $GITHUB_OUTPUT (set by GitHub Actions)")
+    with open(target, "a", encoding="utf-8") as handle:
+        for name, value in outputs.items():
+            # Compact JSON has no newlines, so the simple name=value form is safe.
+            handle.write(f"{name}={json.dumps(value, separators=(',', ':'), sort_keys=True)}\n")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    catalog = _load(args)
+    workflow = Path(args.workflow) if args.workflow else plan_module.RELEASE_WORKFLOW
+    text = plan_module.render(
+        plan_module.make_plan(workflow, catalog, tag=args.tag, lines=args.lines)
+    )
+    sys.stdout.write(text)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--catalog", metavar="PATH",
+                        help="release catalog to read (default: patches/catalog.yaml)")
+    common.add_argument("--tag", metavar="TAG",
+                        help="release tag: v<line>-<build> (one line) or release-YYYYMMDD (all)")
+    common.add_argument("--lines", metavar="LIST", default=None,
+                        help="comma-separated torch lines, or 'all' (workflow_dispatch input)")
+
+    parser = subparsers.add_parser(
+        "matrix", parents=[common],
+        help="print the release CI matrix (JSON) generated from the catalog",
+        description="Print the GitHub Actions matrix generated from the release catalog. "
+        "The workflows read it with fromJSON; there is no other list of versions.",
+    )
+    parser.add_argument("--kind", choices=(*matrix_module.KINDS, "all"), default="build",
+                        help="which job's matrix (default: build); 'all' prints every kind")
+    parser.add_argument("--compact", action="store_true", help="one line of JSON")
+    parser.add_argument("--github-output", action="store_true",
+                        help="also write each kind as a job output to $GITHUB_OUTPUT")
+    parser.set_defaults(func=run_matrix)
+
+    plan = subparsers.add_parser(
+        "ci-plan", parents=[common],
+        help="print the release workflow's job graph and each job's commands",
+        description="Read .github/workflows/release.yml, expand its matrices from the catalog "
+        "and print every job with the exact commands it runs for a tag.",
+    )
+    plan.add_argument("--workflow", metavar="PATH", help="workflow file (default: release.yml)")
+    plan.set_defaults(func=run_plan)

@@ -1,0 +1,156 @@
+"""The release matrix, generated from the catalog.
+
+The workflows read this JSON through ``fromJSON``; there is no second list of versions in
+YAML. Every entry is derived from ``build_scripts.catalog``, so a Python version that a
+torch line does not support can never appear.
+
+Kinds (one per consumer in the workflows):
+
+* ``build``  - one entry per torch line; the job builds all of the line's Pythons, the first
+  compiles everything and the rest reuse the build tree.
+* ``test``   - one entry per (line, Python) pair: install the wheel into a fresh venv.
+* ``verify`` - one entry per line: fetch the catalogued tarball and apply its series.
+* ``regress`` - one entry per line, on the self-hosted Intel Mac, newest Python of the line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from build_scripts.catalog import Catalog, ReleaseLine
+from build_scripts.errors import BuildError
+
+#: GitHub's x86_64 macOS image (macos-13 was retired in Dec 2025; this one lives to Aug 2027).
+BUILD_RUNNER = "macos-15-intel"
+#: Labels a self-hosted Intel Mac with a Metal GPU registers with (docs/releasing.md).
+GPU_RUNNER_LABELS: tuple[str, ...] = ("self-hosted", "macOS", "X64", "intel-gpu")
+#: Xcode the build job selects when the image has it; community x86_64 builders use 16.4.
+XCODE_VERSION = "16.4"
+#: Linux runner for the jobs that need no Mac (patch verification, lint, tests).
+LINUX_RUNNER = "ubuntu-24.04"
+
+KINDS: tuple[str, ...] = ("build", "test", "verify", "regress")
+
+#: ``v<torch line>-<build number>``: release one line, e.g. v2.15.0-1.
+LINE_TAG = re.compile(r"^v(?P<version>\d+\.\d+\.\d+)-(?P<build>[1-9]\d*)$")
+#: ``release-<YYYYMMDD>[.<n>]``: release every catalogued line at once.
+ALL_TAG = re.compile(r"^release-(?P<date>\d{8})(?:\.(?P<n>[1-9]\d*))?$")
+
+
+@dataclass(frozen=True)
+class TagSelection:
+    """What a release tag asks for: the lines to build and the release's name."""
+
+    tag: str
+    versions: tuple[str, ...]
+
+
+def versions_for_tag(catalog: Catalog, tag: str) -> TagSelection:
+    """The lines a tag releases, or a BuildError that says which tags are valid."""
+    tag = tag.removeprefix("refs/tags/")
+    if match := LINE_TAG.match(tag):
+        version = match["version"]
+        catalog.line(version)  # raises CatalogError listing the supported lines
+        return TagSelection(tag, (version,))
+    if ALL_TAG.match(tag):
+        return TagSelection(tag, catalog.versions)
+    raise BuildError(
+        f"'{tag}' is not a release tag.\n"
+        f"Use v<line>-<build> to release one line (e.g. v{catalog.default_version}-1; lines: "
+        f"{', '.join(catalog.versions)}) or release-YYYYMMDD to release every line."
+    )
+
+
+def select_lines(catalog: Catalog, *, tag: str | None = None,
+                 lines: str | None = None) -> tuple[ReleaseLine, ...]:
+    """The catalog's lines, narrowed by a tag or by a comma list ('all' or empty: every line)."""
+    if tag and lines and lines.strip() not in ("", "all"):
+        raise BuildError("Give either --tag or --lines, not both.")
+    if tag:
+        wanted: Sequence[str] = versions_for_tag(catalog, tag).versions
+    elif lines and lines.strip() not in ("", "all"):
+        wanted = [part.strip() for part in re.split(r"[,\s]+", lines.strip()) if part.strip()]
+    else:
+        wanted = catalog.versions
+    return tuple(catalog.line(version) for version in dict.fromkeys(wanted))
+
+
+def _line_fields(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
+    fingerprint = line.series_fingerprint
+    return {
+        "version": line.version,
+        "wheel_version": catalog.wheel_version(line),
+        "runner": BUILD_RUNNER,
+        "fingerprint": fingerprint,
+        # Cache keys are limited to 512 characters; 16 hex digits identify a series well enough.
+        "fingerprint_short": fingerprint[:16],
+        "deployment_target": line.macos_deployment_target,
+        "mps_min_macos": line.mps_min_macos,
+        "artifact": f"wheels-{line.version}",
+    }
+
+
+def build_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
+    return {
+        **_line_fields(catalog, line),
+        "python": list(line.python),
+        # The forms the steps need, so that no step has to reformat a list in shell.
+        "python_args": " ".join(line.python),  # make build PYTHON="3.11 3.12"
+        "python_lines": "\n".join(line.python),  # actions/setup-python multi-line input
+        "xcode": XCODE_VERSION,
+    }
+
+
+def test_entries(catalog: Catalog, line: ReleaseLine) -> list[dict[str, Any]]:
+    return [{**_line_fields(catalog, line), "python": python} for python in line.python]
+
+
+def verify_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
+    pinned = line.source.sha256 is not None
+    return {
+        "version": line.version,
+        "runner": LINUX_RUNNER,
+        "fingerprint_short": line.series_fingerprint[:16],
+        "pinned": pinned,
+        # Unpinned lines can only be fetched with trust-on-first-use; the job says so loudly.
+        "fetch_args": "" if pinned else "--trust-on-first-use",
+        "patches": len(line.patches),
+    }
+
+
+def regress_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
+    return {
+        **_line_fields(catalog, line),
+        "python": line.python[-1],
+        "runs_on": list(GPU_RUNNER_LABELS),
+    }
+
+
+def matrix(catalog: Catalog, kind: str, lines: Iterable[ReleaseLine]) -> dict[str, Any]:
+    """The ``strategy.matrix`` object of one kind: ``{"include": [...]}``."""
+    include: list[dict[str, Any]] = []
+    for line in lines:
+        if kind == "build":
+            include.append(build_entry(catalog, line))
+        elif kind == "test":
+            include.extend(test_entries(catalog, line))
+        elif kind == "verify":
+            include.append(verify_entry(catalog, line))
+        elif kind == "regress":
+            include.append(regress_entry(catalog, line))
+        else:
+            raise BuildError(f"Unknown matrix kind '{kind}'; use one of {', '.join(KINDS)}.")
+    if not include:
+        # GitHub rejects an empty matrix with an unhelpful message; say it here instead.
+        raise BuildError("The selection matches no release line; nothing to build.")
+    return {"include": include}
+
+
+def all_matrices(catalog: Catalog, lines: Sequence[ReleaseLine]) -> dict[str, Any]:
+    """Every kind at once, plus the selected versions, for one job output per kind."""
+    result: dict[str, Any] = {kind: matrix(catalog, kind, lines) for kind in KINDS}
+    result["versions"] = [line.version for line in lines]
+    return result
