@@ -285,6 +285,7 @@ inline void choose_like_upstream(Selection& selection) {
   }
   if (first) {
     selection.selected = first;
+    selection.devices[*first].selected = true;
   } else {
     selection.unavailable_reason = "no Metal device supports GPU family Mac2, which the MPS backend needs: " +
         list_devices(selection.devices);
@@ -444,6 +445,9 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
             "no Metal device supports GPU family Mac2, which the MPS backend needs: " + detail::list_devices(all);
       }
     }
+  }
+  if (selection.selected) {
+    all[*selection.selected].selected = true;
   }
   return selection;
 }
