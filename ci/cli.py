@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from build_scripts import catalog as catalog_module
+from build_scripts.errors import BuildError
 
 from . import matrix as matrix_module
 from . import plan as plan_module
@@ -47,9 +48,15 @@ def _write_github_output(outputs: dict[str, Any]) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     catalog = _load(args)
     workflow = Path(args.workflow) if args.workflow else plan_module.RELEASE_WORKFLOW
-    text = plan_module.render(
-        plan_module.make_plan(workflow, catalog, tag=args.tag, lines=args.lines)
-    )
+    variables: dict[str, str] = {}
+    for item in args.var:
+        name, separator, value = item.partition("=")
+        if not separator:
+            raise BuildError(f"--var needs NAME=VALUE, got '{item}'")
+        variables[name] = value
+    plan = plan_module.make_plan(workflow, catalog, tag=args.tag or None, lines=args.lines,
+                                 repository=args.repo, variables=variables)
+    text = plan_module.render(plan)
     sys.stdout.write(text)
     return 0
 
@@ -83,4 +90,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and print every job with the exact commands it runs for a tag.",
     )
     plan.add_argument("--workflow", metavar="PATH", help="workflow file (default: release.yml)")
+    plan.add_argument("--repo", metavar="OWNER/NAME", default=plan_module.DEFAULT_REPOSITORY,
+                      help="repository name to show in URLs (default: OWNER/REPO)")
+    plan.add_argument("--var", metavar="NAME=VALUE", action="append", default=[],
+                      help="a repository variable, e.g. HAS_INTEL_GPU_RUNNER=true")
     plan.set_defaults(func=run_plan)

@@ -1,0 +1,113 @@
+"""Install a built torch wheel into a fresh venv and check it (the test-wheel CI job).
+
+    python ci/test_wheel.py --wheel-dir dist --expect-version 2.15.0+intelmac --expect-no-gpu
+    python ci/test_wheel.py --wheel-dir dist --print-wheel     # the wheel for this Python
+
+Picks the wheel in ``--wheel-dir`` made for the running interpreter (``cpXY``), creates a
+venv with that interpreter, ``pip install``s the wheel (its dependencies come from the
+configured index) and runs ``ci/wheel_checks.py`` inside it. Standard library only, so it
+runs on a bare ``actions/setup-python`` interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+CHECKS = Path(__file__).resolve().with_name("wheel_checks.py")
+
+
+class WheelSelectionError(Exception):
+    pass
+
+
+def python_tag(version_info: Sequence[int] = sys.version_info) -> str:
+    return f"cp{version_info[0]}{version_info[1]}"
+
+
+def select_wheel(wheel_dir: Path, tag: str | None = None) -> Path:
+    """The one torch wheel for this interpreter: a ``cpXY`` wheel, else a pure ``py3`` one."""
+    tag = tag or python_tag()
+    wheels = sorted(wheel_dir.glob("torch-*.whl"))
+    if not wheels:
+        raise WheelSelectionError(f"no torch-*.whl in {wheel_dir}")
+    exact = [wheel for wheel in wheels if re.search(rf"-{tag}-(?:{tag}|abi3|none)-", wheel.name)]
+    candidates = exact or [wheel for wheel in wheels if "-py3-none-" in wheel.name]
+    if len(candidates) != 1:
+        found = ", ".join(wheel.name for wheel in wheels)
+        raise WheelSelectionError(
+            f"expected exactly one torch wheel for {tag} in {wheel_dir}, "
+            f"found {len(candidates)} among: {found}")
+    return candidates[0].resolve()
+
+
+def run(command: Sequence[str]) -> None:
+    print("+ " + " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+
+
+def install(wheel: Path, venv: Path, pip_args: Sequence[str]) -> Path:
+    """A fresh venv with the wheel installed; returns its Python."""
+    run([sys.executable, "-m", "venv", str(venv)])
+    python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
+         *pip_args, str(wheel)])
+    return python
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--wheel-dir", type=Path, required=True)
+    parser.add_argument("--expect-version", help="torch.__version__, e.g. 2.15.0+intelmac")
+    parser.add_argument("--expect-no-gpu", action="store_true",
+                        help="require MPS to be unusable (GitHub-hosted runners have no usable GPU)")
+    parser.add_argument("--print-wheel", action="store_true",
+                        help="print the path of the wheel for this Python and exit")
+    parser.add_argument("--only", choices=("api", "smoke"), action="append",
+                        help="run only these check groups (default: all)")
+    parser.add_argument("--pip-arg", action="append", default=[],
+                        help="extra argument for pip install (repeatable), e.g. --no-index")
+    parser.add_argument("--keep-venv", type=Path, help="create the venv here and keep it")
+    args = parser.parse_args(argv)
+
+    try:
+        wheel = select_wheel(args.wheel_dir)
+    except WheelSelectionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_wheel:
+        print(wheel)
+        return 0
+
+    scratch = None if args.keep_venv else Path(tempfile.mkdtemp(prefix="test-wheel-"))
+    venv = args.keep_venv or scratch / "venv"  # type: ignore[operator]
+    started = time.monotonic()
+    try:
+        python = install(wheel, venv, args.pip_arg)
+        command = [str(python), str(CHECKS)]
+        if args.expect_version:
+            command += ["--expect-version", args.expect_version]
+        if args.expect_no_gpu:
+            command.append("--expect-no-gpu")
+        for group in args.only or ():
+            command += ["--only", group]
+        print("+ " + " ".join(command), flush=True)
+        # Run from the scratch folder so that no torch/ folder beside us can shadow the wheel.
+        result = subprocess.run(command, cwd=venv.parent)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    verdict = "passed" if result.returncode == 0 else "FAILED"
+    print(f"{wheel.name}: checks {verdict} in {time.monotonic() - started:.0f} s")
+    return 0 if result.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""Checks that run *inside* the venv a wheel was installed into (stdlib + torch only).
+
+``ci/test_wheel.py`` creates the venv and runs this file with the venv's Python. Each check
+prints ``PASS name`` or ``FAIL name: why``; the exit status is the number of failures
+(capped at 100). Groups:
+
+* ``api``   - the patched ``torch.backends.mps`` contract (issue 3): ``allow_intel_gpu``
+  (default False, settable, ``PYTORCH_MPS_ALLOW_INTEL_GPU`` parsing with one warning for a
+  bad value), ``devices()``, ``unavailable_reason()``, ``build_info()``,
+  ``python -m torch.backends.mps``. With ``--expect-no-gpu`` (hosted runners) MPS must be
+  unusable, say why, and not blame the macOS version.
+* ``smoke`` - CPU operations with known answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+ENV_FLAG = "PYTORCH_MPS_ALLOW_INTEL_GPU"
+TRUE_VALUES = ("1", "true", "YES", "On")
+FALSE_VALUES = ("0", "false", "No", "OFF")
+DEVICE_FIELDS = ("index", "name", "low_power", "removable", "headless", "unified_memory",
+                 "recommended_working_set_size", "eligible", "selected", "skip_reason")
+BUILD_INFO_KEYS = ("upstream_version", "wheel_version", "source_sha256", "series_fingerprint",
+                   "patches", "toolchain", "built_at")
+#: Upstream's message when no device was picked, whatever the cause (upstream issue 177819).
+MISLEADING = "supported on macOS 14.0+"
+
+# Run in a child interpreter: the flag's value as torch sees it right after import, and
+# every warning raised while importing and reading it.
+_PROBE = """
+import json, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch
+    value = torch.backends.mps.allow_intel_gpu
+print("PROBE" + json.dumps({"value": value, "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+def probe_env(value: str | None) -> dict[str, Any]:
+    """allow_intel_gpu and the warnings of a fresh process with the variable set to ``value``."""
+    env = {key: item for key, item in os.environ.items() if key != ENV_FLAG}
+    if value is not None:
+        env[ENV_FLAG] = value
+    result = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
+                            text=True, timeout=300)
+    require(result.returncode == 0,
+            f"importing torch with {ENV_FLAG}={value!r} failed:\n{result.stderr[-2000:]}")
+    line = next((item for item in result.stdout.splitlines() if item.startswith("PROBE")), None)
+    require(line is not None, f"the probe printed no result:\n{result.stdout[-2000:]}")
+    data: dict[str, Any] = json.loads(line[len("PROBE"):])  # type: ignore[index]
+    data["stderr"] = result.stderr
+    return data
+
+
+class Checks:
+    def __init__(self, expect_version: str | None, expect_no_gpu: bool) -> None:
+        self.expect_version = expect_version
+        self.expect_no_gpu = expect_no_gpu
+        self.failures = 0
+
+    def run(self, name: str, check: Callable[[], None]) -> None:
+        try:
+            check()
+        except CheckFailed as exc:
+            self.failures += 1
+            print(f"FAIL {name}: {exc}", flush=True)
+        except Exception:  # a check that crashes is a failed check, with the evidence
+            self.failures += 1
+            print(f"FAIL {name}: raised\n{traceback.format_exc()}", flush=True)
+        else:
+            print(f"PASS {name}", flush=True)
+
+    # -- api -----------------------------------------------------------------------------
+
+    def version(self) -> None:
+        import torch
+
+        require(torch.__version__ == self.expect_version,
+                f"torch.__version__ is {torch.__version__!r}, expected {self.expect_version!r}")
+
+    def mps_built(self) -> None:
+        import torch
+
+        require(torch.backends.mps.is_built() is True,
+                "torch.backends.mps.is_built() is not True: the wheel was built without MPS")
+
+    def api_present(self) -> None:
+        import torch
+
+        mps = torch.backends.mps
+        missing = [name for name in ("allow_intel_gpu", "devices", "unavailable_reason",
+                                     "build_info", "MPSDeviceInfo") if not hasattr(mps, name)]
+        require(not missing, f"torch.backends.mps lacks {', '.join(missing)}: not a patched build")
+
+    def default_off(self) -> None:
+        data = probe_env(None)
+        require(data["value"] is False,
+                f"allow_intel_gpu is {data['value']!r} without {ENV_FLAG}; the default must be False")
+
+    def settable(self) -> None:
+        import torch
+
+        mps = torch.backends.mps
+        before = mps.allow_intel_gpu
+        try:
+            mps.allow_intel_gpu = True
+            require(mps.allow_intel_gpu is True, "setting allow_intel_gpu = True did not stick")
+            getter = getattr(torch._C, "_mps_get_allow_intel_gpu", None)
+            if getter is not None:
+                require(getter() is True, "torch._C._mps_get_allow_intel_gpu() disagrees after True")
+            mps.allow_intel_gpu = False
+            require(mps.allow_intel_gpu is False, "setting allow_intel_gpu = False did not stick")
+            if getter is not None:
+                require(getter() is False, "torch._C._mps_get_allow_intel_gpu() disagrees after False")
+        finally:
+            mps.allow_intel_gpu = before
+
+    def env_parsing(self) -> None:
+        for value in TRUE_VALUES:
+            data = probe_env(value)
+            require(data["value"] is True, f"{ENV_FLAG}={value} gave {data['value']!r}, expected True")
+        for value in FALSE_VALUES + ("",):
+            data = probe_env(value)
+            require(data["value"] is False, f"{ENV_FLAG}={value!r} gave {data['value']!r}, expected False")
+            mentions = [w for w in data["warnings"] if ENV_FLAG in w]
+            require(not mentions, f"{ENV_FLAG}={value!r} is valid but warned: {mentions}")
+
+    def env_bad_value(self) -> None:
+        bad = "maybe-later"
+        data = probe_env(bad)
+        require(data["value"] is False,
+                f"{ENV_FLAG}={bad} gave {data['value']!r}; the default (False) must apply")
+        # One warning naming the variable and the value; a C++ warning may reach stderr instead.
+        mentions = [w for w in data["warnings"] if ENV_FLAG in w]
+        if not mentions:
+            mentions = [line for line in data["stderr"].splitlines() if ENV_FLAG in line]
+        require(len(mentions) == 1,
+                f"{ENV_FLAG}={bad}: expected exactly one warning naming the variable, got {mentions}")
+        require(bad in mentions[0], f"the warning does not name the value {bad!r}: {mentions[0]}")
+
+    def devices(self) -> None:
+        import torch
+
+        mps = torch.backends.mps
+        devices = mps.devices()
+        require(isinstance(devices, list), f"devices() returned {type(devices).__name__}, not a list")
+        fields = getattr(mps.MPSDeviceInfo, "_fields", ())
+        missing = [name for name in DEVICE_FIELDS if name not in fields]
+        require(not missing, f"MPSDeviceInfo lacks the fields {missing}")
+        for position, device in enumerate(devices):
+            require(isinstance(device, mps.MPSDeviceInfo), f"devices()[{position}] is {device!r}")
+            require(device.index == position, f"devices()[{position}].index is {device.index}")
+            require(isinstance(device.eligible, bool) and isinstance(device.selected, bool),
+                    f"eligible/selected of {device.name!r} are not booleans")
+            if not device.eligible:
+                require(isinstance(device.skip_reason, str) and device.skip_reason != "",
+                        f"{device.name!r} is not eligible but gives no skip_reason")
+        selected = [device.name for device in devices if device.selected]
+        require(len(selected) <= 1, f"more than one device is selected: {selected}")
+        if self.expect_no_gpu:
+            require(not selected, f"no usable GPU was expected, but {selected} is selected")
+        print(f"  devices: {[(d.index, d.name, d.eligible, d.skip_reason) for d in devices]}")
+
+    def unavailable_reason(self) -> None:
+        import torch
+
+        mps = torch.backends.mps
+        available = mps.is_available()
+        reason = mps.unavailable_reason()
+        if self.expect_no_gpu:
+            require(available is False, "MPS is available on a machine expected to have no usable GPU")
+        if available:
+            require(reason is None, f"MPS is available but unavailable_reason() is {reason!r}")
+        else:
+            require(isinstance(reason, str) and reason.strip() != "",
+                    f"MPS is unavailable but unavailable_reason() is {reason!r}")
+            require(MISLEADING not in reason, f"the reason blames the macOS version: {reason!r}")
+            print(f"  reason: {reason}")
+
+    def opt_in_without_gpu(self) -> None:
+        """With no usable GPU, opting in must not make MPS appear (and must not crash)."""
+        import torch
+
+        mps = torch.backends.mps
+        before = mps.allow_intel_gpu
+        try:
+            mps.allow_intel_gpu = True
+            require(mps.unavailable_reason() is not None,
+                    "allow_intel_gpu = True made MPS usable on a machine with no usable GPU")
+        finally:
+            mps.allow_intel_gpu = before
+
+    def tensor_error(self) -> None:
+        import torch
+
+        try:
+            torch.zeros(2, device="mps")
+        except RuntimeError as exc:
+            message = str(exc)
+            require(MISLEADING not in message,
+                    f"creating an mps tensor still says upstream's misleading message: {message!r}")
+            print(f"  mps tensor error: {message.splitlines()[0] if message else ''}")
+        else:
+            raise CheckFailed("creating an mps tensor succeeded on a machine with no usable GPU")
+
+    def module_report(self) -> None:
+        import torch
+
+        result = subprocess.run([sys.executable, "-m", "torch.backends.mps"], capture_output=True,
+                                text=True, timeout=300)
+        output = result.stdout + result.stderr
+        available = torch.backends.mps.is_available()
+        expected = 0 if available else 1
+        require(result.returncode == expected,
+                f"python -m torch.backends.mps exited {result.returncode}, expected {expected}:\n"
+                f"{output[-2000:]}")
+        if not available:
+            reason = torch.backends.mps.unavailable_reason() or ""
+            require(reason and reason in output,
+                    f"python -m torch.backends.mps does not print the reason {reason!r}:\n{output[-2000:]}")
+
+    def build_info(self) -> None:
+        import torch
+
+        info = torch.backends.mps.build_info()
+        require(isinstance(info, dict), f"build_info() is {info!r}, expected the INTELMAC_BUILD.json dict")
+        missing = [key for key in BUILD_INFO_KEYS if key not in info]
+        require(not missing, f"build_info() lacks {missing}")
+        if self.expect_version:
+            require(info["wheel_version"] == self.expect_version,
+                    f"build_info()['wheel_version'] is {info['wheel_version']!r}")
+        print(f"  build: {json.dumps({k: info[k] for k in ('upstream_version', 'series_fingerprint')})}")
+
+    # -- smoke ---------------------------------------------------------------------------
+
+    def cpu_matmul(self) -> None:
+        import torch
+
+        a = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+        b = torch.tensor([[5.0, 6.0], [7.0, 8.0]])
+        require((a @ b).tolist() == [[19.0, 22.0], [43.0, 50.0]], f"matmul gave {(a @ b).tolist()}")
+        big = torch.arange(64 * 64, dtype=torch.float64).reshape(64, 64) / 4096
+        identity = torch.eye(64, dtype=torch.float64)
+        require(torch.equal(big @ identity, big), "a matrix times the identity changed")
+
+    def cpu_conv(self) -> None:
+        import torch
+
+        image = torch.ones(1, 1, 4, 4)
+        kernel = torch.ones(1, 1, 3, 3)
+        out = torch.nn.functional.conv2d(image, kernel)
+        require(out.shape == (1, 1, 2, 2) and bool((out == 9).all()), f"conv2d gave {out.tolist()}")
+
+    def cpu_autograd(self) -> None:
+        import torch
+
+        x = torch.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        (x * x).sum().backward()
+        require(x.grad is not None and x.grad.tolist() == [2.0, -4.0, 6.0], f"grad is {x.grad}")
+
+    def cpu_softmax(self) -> None:
+        import torch
+
+        p = torch.softmax(torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]), dim=1)
+        require(torch.allclose(p.sum(dim=1), torch.ones(2)), f"softmax rows sum to {p.sum(dim=1)}")
+        require(abs(p[1, 0].item() - 1 / 3) < 1e-6, f"uniform softmax gave {p[1].tolist()}")
+
+    def cpu_training(self) -> None:
+        import torch
+
+        torch.manual_seed(0)
+        x = torch.randn(64, 8)
+        y = x @ torch.randn(8, 1)
+        model = torch.nn.Linear(8, 1)
+        optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for _ in range(50):
+            optimiser.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimiser.step()
+            losses.append(loss.item())
+        require(losses[-1] < 0.1 * losses[0], f"the loss went from {losses[0]:.4f} to {losses[-1]:.4f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="checks run inside the wheel's venv")
+    parser.add_argument("--expect-version", help="torch.__version__ the wheel must report")
+    parser.add_argument("--expect-no-gpu", action="store_true",
+                        help="MPS must be unusable here (GitHub-hosted runners have no usable GPU)")
+    parser.add_argument("--only", choices=("api", "smoke"), action="append",
+                        help="run only these groups (default: both)")
+    args = parser.parse_args(argv)
+    groups = args.only or ["api", "smoke"]
+    checks = Checks(args.expect_version, args.expect_no_gpu)
+    import torch
+
+    print(f"torch {torch.__version__} from {os.path.dirname(torch.__file__)}", flush=True)
+    if "api" in groups:
+        if args.expect_version:
+            checks.run("version", checks.version)
+        checks.run("mps-built", checks.mps_built)
+        before = checks.failures
+        checks.run("api-present", checks.api_present)
+        if checks.failures > before:
+            print("SKIP the other api checks: this torch has no patched MPS API", flush=True)
+            groups = [group for group in groups if group != "api"]
+    if "api" in groups:
+        checks.run("allow-intel-gpu-default-off", checks.default_off)
+        checks.run("allow-intel-gpu-settable", checks.settable)
+        checks.run("env-valid-values", checks.env_parsing)
+        checks.run("env-invalid-value-warns-once", checks.env_bad_value)
+        checks.run("devices", checks.devices)
+        checks.run("unavailable-reason", checks.unavailable_reason)
+        checks.run("python-m-torch.backends.mps", checks.module_report)
+        checks.run("build-info", checks.build_info)
+        if args.expect_no_gpu:
+            checks.run("opt-in-without-gpu", checks.opt_in_without_gpu)
+            checks.run("mps-tensor-error", checks.tensor_error)
+    if "smoke" in groups:
+        checks.run("cpu-matmul", checks.cpu_matmul)
+        checks.run("cpu-conv2d", checks.cpu_conv)
+        checks.run("cpu-autograd", checks.cpu_autograd)
+        checks.run("cpu-softmax", checks.cpu_softmax)
+        checks.run("cpu-training", checks.cpu_training)
+    print(f"{checks.failures} failure(s)", flush=True)
+    return min(checks.failures, 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
