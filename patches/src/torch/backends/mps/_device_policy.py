@@ -231,7 +231,14 @@ def _install_module_properties(module_name: str) -> None:
         def __dir__(self) -> List[str]:
             return sorted(set(dir(self.m)) | {"allow_intel_gpu"})
 
-    sys.modules[module_name] = MPSBackendModule(real, module_name)
+    proxy = MPSBackendModule(real, module_name)
+    # ModuleType.__init__ gives the proxy its own __spec__ = None (and __loader__,
+    # __package__), which hide the real ones from __getattr__. This module is a package,
+    # unlike mkldnn: `python -m torch.backends.mps` and submodule imports need them.
+    for attr in ("__spec__", "__loader__", "__package__", "__path__", "__file__", "__doc__"):
+        if hasattr(real, attr):
+            setattr(proxy, attr, getattr(real, attr))
+    sys.modules[module_name] = proxy
 
 
 # ---------------------------------------------------------------------------------------
