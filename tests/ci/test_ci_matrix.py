@@ -1,0 +1,196 @@
+"""The release matrix is generated from the catalog, and only from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from build_scripts import catalog as catalog_module
+from build_scripts.errors import BuildError, CatalogError
+from ci import matrix
+from ci_support import RELEASE, copy_catalog, edit_catalog, load_workflow, run_cli
+
+
+def cli_matrix(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    assert run_cli(["matrix", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def raw_catalog() -> dict[str, Any]:
+    # Read the YAML directly, so that the expectations do not come from the code under test.
+    document: dict[str, Any] = yaml.safe_load(catalog_module.DEFAULT_CATALOG.read_text())
+    return document
+
+
+def test_every_line_builds_exactly_its_pythons(capsys: pytest.CaptureFixture[str],
+                                                raw_catalog: dict[str, Any]) -> None:
+    build = cli_matrix(capsys, "--kind", "build")["include"]
+    expected = {line["version"]: sorted(line["python"], key=lambda v: tuple(map(int, v.split("."))))
+                for line in raw_catalog["lines"]}
+    assert {entry["version"]: entry["python"] for entry in build} == expected
+    for entry in build:
+        assert entry["python_args"].split() == entry["python"]
+        assert entry["python_lines"].splitlines() == entry["python"]
+
+
+def test_test_matrix_is_every_supported_pair_once(capsys: pytest.CaptureFixture[str],
+                                                  raw_catalog: dict[str, Any]) -> None:
+    test = cli_matrix(capsys, "--kind", "test")["include"]
+    pairs = [(entry["version"], entry["python"]) for entry in test]
+    expected = {(line["version"], python) for line in raw_catalog["lines"] for python in line["python"]}
+    assert len(pairs) == len(set(pairs))
+    assert set(pairs) == expected
+    # A Python some line lacks never shows up with that line.
+    every_python = {python for line in raw_catalog["lines"] for python in line["python"]}
+    for line in raw_catalog["lines"]:
+        for python in every_python - set(line["python"]):
+            assert (line["version"], python) not in pairs
+
+
+def test_runners_labels_and_line_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    catalog = catalog_module.load()
+    everything = cli_matrix(capsys, "--kind", "all")
+    for entry in everything["build"]["include"] + everything["test"]["include"]:
+        line = catalog.line(entry["version"])
+        assert entry["runner"] == "macos-15-intel"
+        assert entry["deployment_target"] == line.macos_deployment_target
+        assert entry["fingerprint"] == line.series_fingerprint
+        assert line.series_fingerprint.startswith(entry["fingerprint_short"])
+        assert entry["wheel_version"] == f"{line.version}+{catalog.local_label}"
+        assert entry["artifact"] == f"wheels-{line.version}"
+    for entry in everything["verify"]["include"]:
+        assert entry["runner"].startswith("ubuntu-")
+    for entry in everything["regress"]["include"]:
+        assert entry["runs_on"] == ["self-hosted", "macOS", "X64", "intel-gpu"]
+        assert entry["python"] == catalog.line(entry["version"]).python[-1]
+    assert everything["versions"] == list(catalog.versions)
+
+
+def test_regress_job_uses_the_same_labels_as_the_matrix() -> None:
+    job = load_workflow(RELEASE)["jobs"]["regress-gpu"]
+    assert job["runs-on"] == list(matrix.GPU_RUNNER_LABELS)
+
+
+def test_unpinned_lines_are_fetched_with_explicit_trust_on_first_use(
+        capsys: pytest.CaptureFixture[str], raw_catalog: dict[str, Any]) -> None:
+    verify = {entry["version"]: entry for entry in cli_matrix(capsys, "--kind", "verify")["include"]}
+    for line in raw_catalog["lines"]:
+        entry = verify[line["version"]]
+        pinned = line["source"]["sha256"] is not None
+        assert entry["pinned"] is pinned
+        assert entry["fetch_args"] == ("" if pinned else "--trust-on-first-use")
+
+
+def test_removing_a_line_removes_it_from_every_matrix(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = copy_catalog(tmp_path)
+    removed = "2.9.1"
+    edit_catalog(path, lambda doc: doc.update(lines=[l for l in doc["lines"] if l["version"] != removed]))
+    everything = cli_matrix(capsys, "--kind", "all", "--catalog", str(path))
+    for kind in matrix.KINDS:
+        versions = {entry["version"] for entry in everything[kind]["include"]}
+        assert removed not in versions
+        assert versions == {v for v in catalog_module.load().versions if v != removed}
+
+
+def test_adding_a_python_adds_a_build_python_and_a_test_pair(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = copy_catalog(tmp_path)
+    before = cli_matrix(capsys, "--kind", "all", "--catalog", str(path))
+
+    def add(doc: dict[str, Any]) -> None:
+        line = next(l for l in doc["lines"] if l["version"] == "2.6.0")
+        line["python"] = [*line["python"], "3.14"]
+
+    edit_catalog(path, add)
+    after = cli_matrix(capsys, "--kind", "all", "--catalog", str(path))
+    build = {entry["version"]: entry for entry in after["build"]["include"]}
+    assert build["2.6.0"]["python"][-1] == "3.14"
+    added = {(e["version"], e["python"]) for e in after["test"]["include"]} - {
+        (e["version"], e["python"]) for e in before["test"]["include"]}
+    assert added == {("2.6.0", "3.14")}
+
+
+def test_changing_a_patch_changes_the_cache_fingerprint(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = copy_catalog(tmp_path)
+    patch = path.parent / "extra" / "0099-test.patch"
+    patch.parent.mkdir()
+    patch.write_text("Description: test\n")
+
+    def use_patch(doc: dict[str, Any]) -> None:
+        line = next(l for l in doc["lines"] if l["version"] == "2.14.1")
+        line["patches"] = [*line["patches"], "extra/0099-test.patch"]
+
+    edit_catalog(path, use_patch)
+    first = {e["version"]: e["fingerprint"] for e in
+             cli_matrix(capsys, "--kind", "build", "--catalog", str(path))["include"]}
+    patch.write_text("Description: test, changed\n")
+    second = {e["version"]: e["fingerprint"] for e in
+              cli_matrix(capsys, "--kind", "build", "--catalog", str(path))["include"]}
+    assert first["2.14.1"] != second["2.14.1"]
+    assert {v: f for v, f in first.items() if v != "2.14.1"} == {
+        v: f for v, f in second.items() if v != "2.14.1"}
+
+
+@pytest.mark.parametrize("version", catalog_module.load().versions)
+def test_a_line_tag_selects_only_that_line(version: str, capsys: pytest.CaptureFixture[str]) -> None:
+    everything = cli_matrix(capsys, "--kind", "all", "--tag", f"v{version}-1")
+    assert everything["versions"] == [version]
+    assert {e["version"] for e in everything["test"]["include"]} == {version}
+
+
+def test_a_release_tag_selects_every_line(capsys: pytest.CaptureFixture[str]) -> None:
+    everything = cli_matrix(capsys, "--kind", "all", "--tag", "refs/tags/release-20261122")
+    assert everything["versions"] == list(catalog_module.load().versions)
+
+
+def test_dispatch_lines_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_matrix(capsys, "--kind", "all", "--lines", "2.6.0, 2.9.1")["versions"] == ["2.6.0", "2.9.1"]
+    assert cli_matrix(capsys, "--kind", "all", "--lines", "all")["versions"] == list(
+        catalog_module.load().versions)
+
+
+@pytest.mark.parametrize("tag", ["v2.7.0-1", "v2.15.0", "v2.15.0-0", "2.15.0-1", "release-2026", "latest"])
+def test_bad_tags_are_refused_with_the_valid_forms(tag: str) -> None:
+    with pytest.raises(BuildError) as caught:
+        run_cli(["matrix", "--kind", "all", "--tag", tag])
+    message = str(caught.value)
+    if isinstance(caught.value, CatalogError):  # a well-formed tag for an uncatalogued line
+        assert "2.15.0" in message and "Supported" in message
+    else:
+        assert "v<line>-<build>" in message and "release-YYYYMMDD" in message
+
+
+def test_unknown_dispatch_line_is_refused() -> None:
+    with pytest.raises(CatalogError, match="Supported"):
+        run_cli(["matrix", "--lines", "1.13.1"])
+
+
+def test_github_output_holds_one_compact_json_per_kind(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "github_output"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    printed = cli_matrix(capsys, "--kind", "all", "--tag", "", "--lines", "", "--github-output")
+    written = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert set(written) == {*matrix.KINDS, "versions"}
+    for name, value in written.items():
+        assert json.loads(value) == printed[name]
+
+
+def test_the_real_entry_point_prints_the_matrix() -> None:
+    # `python -m build_scripts matrix`, through the orchestrator's CLI registry.
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "build_scripts", "matrix", "--kind", "test",
+                             "--compact"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["include"]) == sum(
+        len(line.python) for line in catalog_module.load().lines)

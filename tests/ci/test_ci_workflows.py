@@ -1,0 +1,200 @@
+"""The workflows pass zizmor (security) and actionlint / the workflow schema (structure),
+and keep the rules of issue 5: no version lists, least privilege, pinned actions, a
+release that never waits for the GPU runner."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from build_scripts import catalog as catalog_module
+from ci_support import REPO, TOOLING_PYTHON, WORKFLOWS, load_workflow, venv_tool
+
+WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
+ZIZMOR_CONFIG = REPO / ".github" / "zizmor.yml"
+PUBLISH_JOBS = ("attest", "release", "pages")
+SEVERITY_RANK = {"informational": 0, "unknown": 0, "low": 1, "medium": 2, "high": 3}
+
+
+def tool(name: str) -> Path:
+    path = venv_tool(name)
+    if not path.exists():  # the test extras install all three; say so instead of skipping
+        pytest.fail(f"{path} is missing: install the test extras (pip install -e '.[test]')")
+    return path
+
+
+def zizmor_findings(folder: Path, config: Path = ZIZMOR_CONFIG) -> list[dict[str, Any]]:
+    files = [str(path) for path in sorted(folder.glob("*.yml"))]
+    result = subprocess.run(
+        [str(tool("zizmor")), "--offline", "--format", "json", "--config", str(config), *files],
+        capture_output=True, text=True, timeout=120, check=False)
+    # Exit codes 0 and 10-14 mean "ran; these findings"; anything else is a crash.
+    assert result.returncode == 0 or 10 <= result.returncode <= 14, result.stderr
+    findings: list[dict[str, Any]] = json.loads(result.stdout or "[]")
+    return findings
+
+
+def medium_or_worse(findings: list[dict[str, Any]]) -> list[str]:
+    bad = []
+    for finding in findings:
+        severity = str(finding["determinations"]["severity"]).lower()
+        if SEVERITY_RANK.get(severity, 3) >= SEVERITY_RANK["medium"]:
+            bad.append(f"{finding['ident']} ({severity}): {finding.get('desc', '')}")
+    return bad
+
+
+def all_jobs() -> dict[str, tuple[str, dict[str, Any]]]:
+    jobs = {}
+    for path in WORKFLOW_FILES:
+        for job_id, job in load_workflow(path)["jobs"].items():
+            jobs[f"{path.name}:{job_id}"] = (path.name, job)
+    return jobs
+
+
+def test_there_are_the_two_workflows() -> None:
+    assert {path.name for path in WORKFLOW_FILES} == {"ci.yml", "release.yml"}
+
+
+def test_zizmor_offline_reports_nothing_medium_or_worse() -> None:
+    assert medium_or_worse(zizmor_findings(WORKFLOWS)) == []
+
+
+def test_zizmor_would_catch_an_injection_and_an_unpinned_action(tmp_path: Path) -> None:
+    # The audit above can fail: plant two classic mistakes in a copy and expect findings.
+    planted = tmp_path / "workflows"
+    shutil.copytree(WORKFLOWS, planted)
+    text = (planted / "ci.yml").read_text()
+    text = text.replace("actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1",
+                        "actions/checkout@v7", 1)
+    text = text.replace("run: make test",
+                        'run: echo "${{ github.event.pull_request.title }}" && make test', 1)
+    (planted / "ci.yml").write_text(text)
+    idents = {finding.split(" ")[0] for finding in medium_or_worse(zizmor_findings(planted))}
+    assert {"template-injection", "unpinned-uses"} <= idents
+
+
+def test_actionlint_passes() -> None:
+    result = subprocess.run([str(tool("actionlint")), "-no-color", *map(str, WORKFLOW_FILES)],
+                            cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint_would_catch_a_broken_expression(tmp_path: Path) -> None:
+    broken = tmp_path / ".github" / "workflows"
+    broken.mkdir(parents=True)
+    shutil.copy(REPO / ".github" / "actionlint.yaml", broken.parent)
+    text = (WORKFLOWS / "release.yml").read_text().replace(
+        "needs.matrix.outputs.build", "needs.matrix.outputs.biuld", 1)
+    (broken / "release.yml").write_text(text)
+    result = subprocess.run([str(tool("actionlint")), "-no-color", "release.yml"],
+                            cwd=broken, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode != 0 and "biuld" in result.stdout
+
+
+def test_github_workflow_schema() -> None:
+    result = subprocess.run(
+        [str(tool("check-jsonschema")), "--builtin-schema", "vendor.github-workflows",
+         *map(str, WORKFLOW_FILES)], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_hard_coded_versions() -> None:
+    catalog = catalog_module.load()
+    for path in WORKFLOW_FILES:
+        text = path.read_text()
+        for version in catalog.versions:
+            assert version not in text, f"{path.name} names torch {version}; read the matrix"
+        for job_id, job in load_workflow(path)["jobs"].items():
+            strategy = job.get("strategy") or {}
+            if "matrix" in strategy:
+                assert re.fullmatch(r"\$\{\{ fromJSON\(needs\.matrix\.outputs\.\w+\) \}\}",
+                                    str(strategy["matrix"])), f"{job_id} has its own matrix"
+            for step in job.get("steps", []):
+                python = (step.get("with") or {}).get("python-version")
+                if python is not None:
+                    assert python == TOOLING_PYTHON or str(python).startswith("${{ matrix."), (
+                        f"{path.name}:{job_id} pins Python {python!r} outside the matrix")
+
+
+def test_permissions_are_least_privilege() -> None:
+    for path in WORKFLOW_FILES:
+        assert load_workflow(path)["permissions"] == {}, f"{path.name} must start from no permissions"
+    granted: dict[str, dict[str, str]] = {}
+    for name, (_, job) in all_jobs().items():
+        assert "permissions" in job, f"{name} must state its permissions"
+        granted[name] = job["permissions"] or {}
+        for scope, level in granted[name].items():
+            assert level in ("read", "write"), f"{name}: {scope}: {level}"
+    writers = {name: sorted(scope for scope, level in perms.items() if level == "write")
+               for name, perms in granted.items() if "write" in perms.values()}
+    assert writers == {
+        "release.yml:attest": ["attestations", "id-token"],
+        "release.yml:release": ["contents"],
+        "release.yml:pages": ["id-token", "pages"],
+    }
+
+
+def test_publishing_happens_only_on_tag_pushes_and_never_waits_for_the_gpu() -> None:
+    jobs = load_workflow(WORKFLOWS / "release.yml")["jobs"]
+    assert "github.event_name == 'push' && github.ref_type == 'tag'" in jobs["attest"]["if"]
+    # release and pages run only after attest, so they inherit its condition.
+    assert jobs["release"]["needs"] == "attest" and jobs["pages"]["needs"] == "release"
+
+    def upstream(job_id: str) -> set[str]:
+        needs = jobs[job_id].get("needs", [])
+        needs = [needs] if isinstance(needs, str) else needs
+        return set(needs).union(*(upstream(need) for need in needs)) if needs else set()
+
+    for job_id in PUBLISH_JOBS:
+        assert "regress-gpu" not in upstream(job_id)
+        assert "test-wheel" in upstream(job_id) or job_id == "test-wheel"
+
+
+def test_gpu_job_is_gated_and_its_skip_is_announced() -> None:
+    jobs = load_workflow(WORKFLOWS / "release.yml")["jobs"]
+    assert jobs["regress-gpu"]["if"] == "${{ vars.HAS_INTEL_GPU_RUNNER == 'true' }}"
+    assert jobs["gpu-runner-notice"]["if"] == "${{ vars.HAS_INTEL_GPU_RUNNER != 'true' }}"
+    notice = " ".join(step["run"] for step in jobs["gpu-runner-notice"]["steps"])
+    assert "::notice" in notice and "HAS_INTEL_GPU_RUNNER" in notice
+    commands = " ".join(step.get("run", "") for step in jobs["regress-gpu"]["steps"])
+    assert "make regress DEVICE=mps" in commands and "make bench DEVICE=mps" in commands
+
+
+def test_build_job_timeouts_fit_githubs_limit() -> None:
+    for name, (_, job) in all_jobs().items():
+        assert 0 < int(job["timeout-minutes"]) <= 360, name
+        for step in job.get("steps", []):
+            if "timeout-minutes" in step:
+                assert int(step["timeout-minutes"]) < int(job["timeout-minutes"]), name
+
+
+def test_checkouts_keep_no_credentials_and_actions_are_sha_pinned() -> None:
+    for path in WORKFLOW_FILES:
+        for line in path.read_text().splitlines():
+            match = re.search(r"uses:\s*(\S+)(.*)", line)
+            if match:
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", match.group(1)), line
+                assert re.fullmatch(r"\s*# v\d+\.\d+\.\d+", match.group(2)), f"no version comment: {line}"
+        for job_id, job in load_workflow(path)["jobs"].items():
+            for step in job.get("steps", []):
+                if str(step.get("uses", "")).startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False, f"{path.name}:{job_id}"
+
+
+def test_no_expression_is_expanded_inside_a_shell_script() -> None:
+    # Values reach scripts through env:, so none can inject shell code (zizmor checks too).
+    for name, (_, job) in all_jobs().items():
+        for step in job.get("steps", []):
+            assert "${{" not in step.get("run", ""), f"{name}: {step.get('name')}"
+
+
+def test_pull_request_jobs_use_no_secrets() -> None:
+    for job_id, job in load_workflow(WORKFLOWS / "ci.yml")["jobs"].items():
+        text = json.dumps(job)
+        assert "secrets." not in text and "github.token" not in text, job_id
