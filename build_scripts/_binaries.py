@@ -1,0 +1,154 @@
+"""Just enough of Mach-O and ELF to see where a binary looks for its libraries.
+
+Mach-O is read here in pure Python (header, fat slices, load commands), so the rpath
+check of a macOS wheel runs on any OS. ELF goes through ``readelf -d`` when it exists.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+FAT_MAGIC = 0xCAFEBABE
+FAT_MAGIC_64 = 0xCAFEBABF
+THIN_MAGICS = {
+    b"\xcf\xfa\xed\xfe": ("<", True),  # MH_MAGIC_64, little-endian
+    b"\xce\xfa\xed\xfe": ("<", False),  # MH_MAGIC
+    b"\xfe\xed\xfa\xcf": (">", True),
+    b"\xfe\xed\xfa\xce": (">", False),
+}
+CPU_NAMES = {0x01000007: "x86_64", 0x0100000C: "arm64", 7: "i386", 12: "arm"}
+
+LC_RPATH = 0x8000001C
+LC_ID_DYLIB = 0x0D
+DYLIB_LOADS = {
+    0x0C: "LC_LOAD_DYLIB",
+    0x80000018: "LC_LOAD_WEAK_DYLIB",
+    0x8000001F: "LC_REEXPORT_DYLIB",
+    0x20: "LC_LAZY_LOAD_DYLIB",
+    0x80000023: "LC_LOAD_UPWARD_DYLIB",
+}
+
+
+class NotMachO(ValueError):
+    pass
+
+
+@dataclass
+class MachOSlice:
+    arch: str
+    rpaths: list[str] = field(default_factory=list)
+    dylibs: list[str] = field(default_factory=list)
+    install_id: str | None = None
+
+
+def kind(head: bytes) -> str | None:
+    """'macho', 'elf' or None from a file's first bytes."""
+    if head[:4] in THIN_MAGICS:
+        return "macho"
+    if len(head) >= 8 and struct.unpack(">I", head[:4])[0] in (FAT_MAGIC, FAT_MAGIC_64):
+        # Java class files share 0xCAFEBABE; their next word is a version, never < 40 arches.
+        return "macho" if 0 < struct.unpack(">I", head[4:8])[0] < 40 else None
+    if head[:4] == b"\x7fELF":
+        return "elf"
+    return None
+
+
+def _c_string(blob: bytes, offset: int) -> str:
+    end = blob.find(b"\0", offset)
+    return blob[offset : end if end >= 0 else len(blob)].decode("utf-8", "replace")
+
+
+def _read_slice(handle: BinaryIO, start: int) -> MachOSlice:
+    handle.seek(start)
+    magic = handle.read(4)
+    if magic not in THIN_MAGICS:
+        raise NotMachO(f"no Mach-O header at offset {start}")
+    endian, is64 = THIN_MAGICS[magic]
+    fields = struct.unpack(endian + "iiIIII", handle.read(24))
+    cputype, ncmds, sizeofcmds = fields[0], fields[3], fields[4]
+    if is64:
+        handle.read(4)  # reserved
+    blob = handle.read(sizeofcmds)
+    result = MachOSlice(CPU_NAMES.get(cputype, hex(cputype)))
+    offset = 0
+    for _ in range(ncmds):
+        if offset + 8 > len(blob):
+            raise NotMachO("truncated load commands")
+        cmd, size = struct.unpack_from(endian + "II", blob, offset)
+        if size < 8:
+            raise NotMachO("corrupt load command size")
+        command = blob[offset : offset + size]
+        if cmd == LC_RPATH:
+            (name_at,) = struct.unpack_from(endian + "I", command, 8)
+            result.rpaths.append(_c_string(command, name_at))
+        elif cmd in DYLIB_LOADS or cmd == LC_ID_DYLIB:
+            (name_at,) = struct.unpack_from(endian + "I", command, 8)
+            name = _c_string(command, name_at)
+            if cmd == LC_ID_DYLIB:
+                result.install_id = name
+            else:
+                result.dylibs.append(name)
+        offset += size
+    return result
+
+
+def read_macho(path: Path) -> list[MachOSlice]:
+    """Every architecture slice of a thin or fat Mach-O file."""
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        if head[:4] in THIN_MAGICS:
+            return [_read_slice(handle, 0)]
+        magic, count = struct.unpack(">II", head)
+        if magic not in (FAT_MAGIC, FAT_MAGIC_64):
+            raise NotMachO(f"{path.name} is not a Mach-O file")
+        entry = ">iiQQII" if magic == FAT_MAGIC_64 else ">iiIII"
+        offsets = [struct.unpack(entry, handle.read(struct.calcsize(entry)))[2] for _ in range(count)]
+        return [_read_slice(handle, offset) for offset in offsets]
+
+
+def _allowed_macho_path(name: str) -> bool:
+    # @loader_path/@executable_path/@rpath are relative to the installed wheel; /usr/lib and
+    # /System are the OS's own libraries, present on every Mac.
+    return name.startswith("@") or name.startswith(("/usr/lib/", "/System/"))
+
+
+def macho_problems(slices: list[MachOSlice], require_arch: str | None) -> list[str]:
+    problems: list[str] = []
+    archs = [piece.arch for piece in slices]
+    if require_arch and require_arch not in archs:
+        problems.append(f"architectures {archs}, no {require_arch}")
+    for piece in slices:
+        for rpath in piece.rpaths:
+            if not rpath.startswith("@"):
+                problems.append(f"[{piece.arch}] LC_RPATH {rpath} points into the build machine")
+        duplicates = sorted({rpath for rpath in piece.rpaths if piece.rpaths.count(rpath) > 1})
+        for rpath in duplicates:
+            # dyld on recent macOS refuses to load a binary with a repeated LC_RPATH.
+            problems.append(f"[{piece.arch}] duplicate LC_RPATH {rpath}")
+        for dylib in piece.dylibs:
+            if not _allowed_macho_path(dylib):
+                problems.append(f"[{piece.arch}] links {dylib}, a path on the build machine")
+    return problems
+
+
+_DYNAMIC_PATH = re.compile(r"\((RPATH|RUNPATH)\)\s+Library (?:rpath|runpath): \[(.*)\]")
+
+
+def elf_problems(path: Path) -> list[str] | None:
+    """Absolute RPATH/RUNPATH entries of an ELF file; None when readelf is missing."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    result = subprocess.run([readelf, "-d", str(path)], capture_output=True, text=True, check=False)
+    problems = []
+    for match in _DYNAMIC_PATH.finditer(result.stdout):
+        for entry in match[2].split(":"):
+            if entry and not entry.startswith(("$ORIGIN", "${ORIGIN}")):
+                problems.append(f"{match[1]} {entry} points into the build machine")
+    return problems

@@ -1,0 +1,211 @@
+"""Stage 3, build: the patched tree becomes one wheel per target Python.
+
+Two builders:
+
+- ``pytorch-macos`` (default): PyTorch's own CMake build with MPS on, for macOS x86_64
+  (``macos.py`` holds the plan). On any other OS it stops with exit code 2, saying what is
+  done and what to run on a Mac.
+- ``setuptools``: a generic ``pip wheel`` of a small ``setup.py`` tree that is *not*
+  PyTorch, with the same version variables. The test suite's fixture upstream goes through
+  the whole pipeline with it on Linux; it refuses a real PyTorch tree.
+
+Each Python's wheel lands in ``<work>/<version>/dist/<cpXY>/raw/``, and ``built.json``
+beside it records the source, the series and the toolchain for the repair stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Any
+
+from . import _fsutil, buildinfo, host as host_mod, macos
+from ._locks import held
+from ._log import Log
+from ._plan import Section, Step, environment, render
+from .errors import BuildError, UnsupportedHostError
+from .host import Host
+from .options import Options, PythonTarget, add_common_arguments, resolve
+from .patch_stage import read_marker
+from .source import SourceRecord
+
+BUILT = "built.json"
+
+
+def _empty_raw(options: Options, python: PythonTarget) -> None:
+    raw = macos.raw_dir(options, python)
+    shutil.rmtree(raw, ignore_errors=True)
+    raw.mkdir(parents=True)
+
+
+def _record(options: Options, host: Host, python: PythonTarget) -> None:
+    raw = macos.raw_dir(options, python)
+    wheels = sorted(raw.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildError(f"expected one wheel in {raw} after the build, found {len(wheels)}")
+    layout = options.layout
+    marker = read_marker(layout.patched_tree) or {}
+    source = SourceRecord.load(layout.source_record)
+    interpreter = (
+        str(macos.venv_python(options, python)) if options.builder == "pytorch-macos" else python.executable
+    )
+    record: dict[str, Any] = {
+        "wheel": str(wheels[0]),
+        "python": python.version,
+        "python_tag": python.tag,
+        "builder": options.builder,
+        "host": host.description,
+        "cross_build": options.builder == "pytorch-macos" and macos.is_cross_build(host),
+        "source": source.to_json() if source else None,
+        "series_fingerprint": marker.get("series_fingerprint"),
+        "patches": marker.get("patches"),
+        "toolchain": buildinfo.toolchain(
+            interpreter,
+            macos=host.is_macos,
+            libomp=host.libomp_prefix,
+            launcher=host.ccache or host.sccache,
+        ),
+        "built_at": buildinfo.now(),
+    }
+    _fsutil.write_json_atomic(layout.dist(python) / BUILT, record)
+
+
+def _generic_steps(options: Options, index: int) -> list[Step]:
+    python = options.pythons[index]
+    tree = options.layout.patched_tree
+    steps = []
+    if index > 0:
+        steps.append(
+            Step(
+                "remove setuptools' build/ left by the previous interpreter",
+                action=lambda: shutil.rmtree(tree / "build", ignore_errors=True),
+            )
+        )
+    argv = (
+        python.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
+        "-v", "--wheel-dir", str(macos.raw_dir(options, python)), ".",
+    )  # fmt: skip
+    steps.append(Step(f"wheel for {python.tag} (generic setuptools build)", argv, cwd=tree, log_name=f"build-{python.tag}.log"))
+    return steps
+
+
+def plan(options: Options, host: Host) -> Section:
+    layout = options.layout
+    steps: list[Step] = []
+    for index, python in enumerate(options.pythons):
+        steps.append(Step(f"empty {macos.raw_dir(options, python)}", action=lambda p=python: _empty_raw(options, p)))
+        if options.builder == "pytorch-macos":
+            steps += macos.python_steps(options, index)
+        else:
+            steps += _generic_steps(options, index)
+        steps.append(
+            Step(
+                f"record the {python.tag} wheel, source, series and toolchain in {layout.dist(python) / BUILT}",
+                action=lambda p=python: _record(options, host, p),
+            )
+        )
+    if options.builder == "pytorch-macos":
+        notes = macos.notes(options, host)
+        if not host.is_macos:
+            notes.append(f"this host is {host.system}: a real run stops before this stage with exit code 2")
+        env = macos.build_env(options, host)
+    else:
+        notes = ["generic setuptools builder: for small setup.py trees that are not PyTorch"]
+        env = {"PYTORCH_BUILD_VERSION": options.wheel_version, "PYTORCH_BUILD_NUMBER": "0"}
+    notes.append(f"full logs: {layout.logs}/build-<python tag>.log")
+    return Section(f"build: {options.wheel_version} in {layout.patched_tree}", tuple(notes), env, tuple(steps))
+
+
+def unsupported_host_message(options: Options, host: Host) -> str:
+    layout = options.layout
+    marker = read_marker(layout.patched_tree)
+    pythons = " ".join(python.version for python in options.pythons)
+    if marker is not None:
+        done = (
+            f"Done here: the source is fetched and checked, and patched with "
+            f"{len(marker.get('patches', []))} patches (series {str(marker.get('series_fingerprint'))[:12]}):\n"
+            f"  {layout.patched_tree}\n"
+        )
+    else:
+        done = f"Nothing is patched yet in {layout.root}.\n"
+    return (
+        f"Compiling PyTorch {options.line.version} needs macOS: the MPS backend is built "
+        f"against Apple's Metal frameworks, which ship only with Xcode. This host is {host.description}.\n"
+        + done
+        + "To finish, on an Intel Mac (native x86_64; an Apple-silicon Mac can cross-build, best "
+        "effort) with Xcode's command line tools and `brew install libomp ccache`:\n"
+        "  git clone <this repository> && cd <it>\n"
+        f"  make build VERSION={options.line.version} PYTHON='{pythons}'\n"
+        "See every command and variable it will use first with:\n"
+        f"  python -m build_scripts build --dry-run --version {options.line.version}"
+        + "".join(f" --python {python.version}" for python in options.pythons)
+    )
+
+
+def _preflight_generic(options: Options) -> None:
+    tree = options.layout.patched_tree
+    if not (tree / "setup.py").is_file():
+        raise BuildError(f"{tree} has no setup.py: run the patch stage first.")
+    if (tree / "aten" / "src" / "ATen").is_dir():
+        raise BuildError(
+            f"{tree} is a PyTorch tree; the setuptools builder is for small trees that are not "
+            "PyTorch. Use --builder pytorch-macos (the default) on a Mac."
+        )
+
+
+def build(options: Options, log: Log, host: Host | None = None) -> None:
+    host = host or host_mod.probe()
+    if options.builder == "pytorch-macos":
+        if not host.is_macos:
+            raise UnsupportedHostError(unsupported_host_message(options, host))
+        macos.preflight(options, host)
+    else:
+        _preflight_generic(options)
+    section = plan(options, host)
+    log.step(section.stage)
+    for note in section.notes:
+        log.info(note)
+    if options.builder == "pytorch-macos" and macos.is_cross_build(host):
+        log.loud("CROSS BUILD", "Building x86_64 from an arm64 Mac: best effort, not the release path.")
+    env = environment(section.env)
+    for step in section.steps:
+        if step.argv:
+            log.run_logged(
+                step.argv,
+                label=step.title,
+                log_file=options.layout.logs / (step.log_name or "build.log"),
+                env=env,
+                cwd=step.cwd,
+            )
+        elif step.action is not None:
+            step.action()
+
+
+def built_record(options: Options, python: PythonTarget) -> dict[str, Any]:
+    path = options.layout.dist(python) / BUILT
+    data = _fsutil.read_json(path)
+    if not isinstance(data, dict) or not Path(str(data.get("wheel"))).is_file():
+        raise BuildError(
+            f"No built wheel for {python.tag} in {path.parent}: run the build stage first "
+            f"(python -m build_scripts build --version {options.line.version})."
+        )
+    return data
+
+
+def _main(args: argparse.Namespace) -> int:
+    options = resolve(args)
+    host = host_mod.probe()
+    if options.dry_run:
+        print(render([plan(options, host)]))
+        return 0
+    log = Log.create()
+    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+        build(options, log, host)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("build", help="compile the patched tree into wheels (macOS)")
+    add_common_arguments(parser)
+    parser.set_defaults(func=_main)

@@ -1,0 +1,179 @@
+"""Stage 5, index: verified wheels into ``wheels/`` and a PEP 503 simple index over them.
+
+Only a wheel with a ``verified.json`` whose sha256 still matches the file is copied in.
+Each wheel in ``wheels/`` has ``<wheel>.build.json`` beside it (its build information plus
+its own sha256); the index lists exactly the wheels that have one. Every file is written
+beside its destination and moved into place with os.replace, so pip never reads a half
+written page or a wheel the page does not describe yet.
+
+    pip install --index-url file://$PWD/wheels/simple torch==2.6.0+intelmac
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from . import _fsutil
+from ._locks import held
+from ._log import Log
+from ._plan import Section, Step, render
+from .errors import BuildError
+from .options import DIST_NAME, Options, add_common_arguments, resolve
+from .verify import verified_record
+
+BUILD_JSON = ".build.json"
+
+
+def build_json(wheel: Path) -> Path:
+    return wheel.with_name(wheel.name + BUILD_JSON)
+
+
+def indexed_wheels(wheels_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The wheels in ``wheels_dir`` that came in verified, with their build.json."""
+    found = []
+    for wheel in sorted(wheels_dir.glob("*.whl")):
+        meta = _fsutil.read_json(build_json(wheel))
+        if isinstance(meta, dict) and meta.get("verified") is True and meta.get("size") == wheel.stat().st_size:
+            found.append((wheel, meta))
+    return found
+
+
+def _page(title: str, links: list[str]) -> str:
+    body = "\n".join(f"    {link}<br/>" for link in links)
+    return (
+        "<!DOCTYPE html>\n<html>\n  <head>\n    <meta name=\"pypi:repository-version\" content=\"1.0\">\n"
+        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
+        f"{body}\n  </body>\n</html>\n"
+    )
+
+
+def write_index(wheels_dir: Path) -> dict[str, list[str]]:
+    """Rewrite ``simple/`` from the verified wheels present; returns project -> files."""
+    projects: dict[str, list[tuple[str, str]]] = {}
+    for wheel, meta in indexed_wheels(wheels_dir):
+        name = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+        projects.setdefault(name, []).append((wheel.name, str(meta["wheel_sha256"])))
+    simple = wheels_dir / "simple"
+    for project, files in sorted(projects.items()):
+        links = [
+            f'<a href="../../{quote(filename)}#sha256={sha}">{html.escape(filename)}</a>'
+            for filename, sha in sorted(files)
+        ]
+        _fsutil.write_text_atomic(simple / project / "index.html", _page(f"Links for {project}", links))
+    root_links = [f'<a href="{project}/">{project}</a>' for project in sorted(projects)]
+    _fsutil.write_text_atomic(simple / "index.html", _page("Simple index", root_links))
+    # A project whose last wheel went away keeps no page that pip could still find.
+    for page_dir in simple.iterdir() if simple.is_dir() else []:
+        if page_dir.is_dir() and page_dir.name not in projects:
+            (page_dir / "index.html").unlink(missing_ok=True)
+    return {project: [filename for filename, _ in files] for project, files in projects.items()}
+
+
+def index(options: Options, log: Log) -> list[Path]:
+    log.step(f"index: {options.wheels_dir}")
+    wheels_dir = options.wheels_dir
+    added: list[Path] = []
+    records = [(python, verified_record(options, python)) for python in options.pythons]
+    with held(wheels_dir / ".index.lock", what="the wheel index", wait=True, log=log):
+        for python, record in records:
+            wheel = Path(record["wheel"])
+            if not wheel.is_file() or _fsutil.sha256_file(wheel) != record["sha256"]:
+                raise BuildError(
+                    f"{wheel} changed (or vanished) after it was verified; run verify again. "
+                    "It was not added to the index."
+                )
+            destination = wheels_dir / wheel.name
+            _fsutil.copy_file_atomic(wheel, destination)
+            meta = {
+                **(record.get("build_info") or {}),
+                "wheel": wheel.name,
+                "wheel_sha256": record["sha256"],
+                "size": destination.stat().st_size,
+                "verified": True,
+                "checks": record.get("checks"),
+            }
+            _fsutil.write_json_atomic(build_json(destination), meta)
+            added.append(destination)
+            log.info(f"added {destination.name}")
+        projects = write_index(wheels_dir)
+    total = sum(len(files) for files in projects.values())
+    log.info(f"{wheels_dir / 'simple'}: {total} wheels in {len(projects)} project(s)")
+    log.info(
+        "Install with:\n  python -m pip install --index-url "
+        f"{(wheels_dir / 'simple').as_uri()} {DIST_NAME}=={options.wheel_version}"
+    )
+    return added
+
+
+def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None:
+    """The indexed wheels of this target when all are present and match; else None.
+
+    Matching means the same upstream version, wheel version, builder, series fingerprint
+    and source sha256 (so only a source whose hash is known without fetching can be a
+    no-op), the wheel's bytes still hash to what was verified, and the index lists it.
+    """
+    if source_sha256 is None:
+        return None
+    page = options.wheels_dir / "simple" / DIST_NAME / "index.html"
+    try:
+        listed = page.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    wanted = {
+        "upstream_version": options.line.version,
+        "wheel_version": options.wheel_version,
+        "builder": options.builder,
+        "series_fingerprint": options.line.series_fingerprint,
+        "source_sha256": source_sha256,
+    }
+    found: list[Path] = []
+    candidates = indexed_wheels(options.wheels_dir)
+    for python in options.pythons:
+        match = next(
+            (
+                wheel
+                for wheel, meta in candidates
+                if meta.get("python") == python.version
+                and all(meta.get(key) == value for key, value in wanted.items())
+                and f"{quote(wheel.name)}#sha256={meta.get('wheel_sha256')}" in listed
+                and _fsutil.sha256_file(wheel) == meta.get("wheel_sha256")
+            ),
+            None,
+        )
+        if match is None:
+            return None
+        found.append(match)
+    return found
+
+
+def plan(options: Options) -> Section:
+    simple = options.wheels_dir / "simple"
+    steps = [
+        Step(f"copy verified wheels into {options.wheels_dir} with <wheel>{BUILD_JSON} beside each"),
+        Step(f"rewrite {simple}/index.html and {simple}/torch/index.html (PEP 503, #sha256= fragments)"),
+    ]
+    return Section("index", (), {}, tuple(steps))
+
+
+def _main(args: argparse.Namespace) -> int:
+    options = resolve(args)
+    if options.dry_run:
+        print(render([plan(options)]))
+        return 0
+    log = Log.create()
+    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+        index(options, log)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("index", help="add verified wheels to wheels/ and rewrite its simple index")
+    add_common_arguments(parser)
+    parser.set_defaults(func=_main)
+

@@ -1,0 +1,258 @@
+"""The command line's options, resolved once into frozen dataclasses.
+
+Every stage reads an ``Options`` value: the catalog line, the target Pythons, the source,
+the folders. Nothing after ``resolve`` looks at raw argv or environment strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from packaging.version import Version
+
+from . import catalog as catalog_mod
+from .catalog import Catalog, ReleaseLine
+from .errors import BuildError
+
+Builder = Literal["pytorch-macos", "setuptools"]
+BUILDERS: tuple[Builder, ...] = ("pytorch-macos", "setuptools")
+
+#: The distribution name of every wheel this project builds (the fixture's too).
+DIST_NAME = "torch"
+
+_X_Y = re.compile(r"^3\.\d+$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class PythonTarget:
+    """One interpreter to build a wheel for."""
+
+    version: str  # "3.12"
+    executable: str  # an absolute path, or the command name when it was not found here
+    found: bool
+
+    @property
+    def tag(self) -> str:
+        """The CPython tag, e.g. ``cp312``: names the per-Python folders and files."""
+        return "cp" + self.version.replace(".", "")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a release line's work lives: ``<work-dir>/<version>/...``."""
+
+    work_dir: Path
+    version: str
+
+    @property
+    def root(self) -> Path:
+        return self.work_dir / self.version
+
+    @property
+    def source_tree(self) -> Path:
+        """The pristine upstream tree, exactly as extracted or cloned."""
+        return self.root / "source"
+
+    @property
+    def source_record(self) -> Path:
+        """What ``source_tree`` was made from (kind, location, sha256)."""
+        return self.root / "source.json"
+
+    @property
+    def patched_tree(self) -> Path:
+        return self.root / "patched"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def venvs(self) -> Path:
+        return self.root / "venvs"
+
+    def dist(self, python: PythonTarget) -> Path:
+        """Per-Python outputs: raw/ (as built), repaired/ and the stage records."""
+        return self.root / "dist" / python.tag
+
+    @property
+    def lock_file(self) -> Path:
+        # One lock per release line: every Python of a line shares its patched tree and
+        # its build/ folder (the first Python compiles, the rest reuse it).
+        return self.work_dir / "locks" / f"{self.version}.lock"
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    retries: int = 4
+    timeout: float = 60.0  # seconds without a byte before a read gives up
+    backoff: float = 2.0  # first retry waits this long, then doubles (capped at 60 s)
+
+
+@dataclass(frozen=True)
+class Options:
+    catalog: Catalog
+    line: ReleaseLine
+    pythons: tuple[PythonTarget, ...]
+    source: str | None  # None: the catalog's URL; "git"; "git+<repo url>"; a URL; a path
+    sha256: str | None  # --sha256
+    trust_on_first_use: bool
+    dry_run: bool
+    builder: Builder
+    wait: bool
+    work_dir: Path
+    cache_dir: Path
+    wheels_dir: Path
+    fetch: FetchSettings
+
+    @property
+    def wheel_version(self) -> str:
+        return self.catalog.wheel_version(self.line)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.work_dir, self.line.version)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("target")
+    group.add_argument("--version", help="release line from the catalog (default: its default_version)")
+    group.add_argument("--catalog", type=Path, help="release catalog YAML (default: patches/catalog.yaml)")
+    group.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        metavar="X.Y|PATH",
+        help="interpreter to build for; repeat for several (the first compiles, the rest reuse "
+        "the build tree). Default: the Python running this command",
+    )
+    group.add_argument(
+        "--builder",
+        choices=BUILDERS,
+        default="pytorch-macos",
+        help="pytorch-macos (default): PyTorch's CMake build with MPS, macOS only. "
+        "setuptools: a generic `pip wheel` of a small setup.py tree that is not PyTorch "
+        "(the test suite's fixture upstream uses it on any OS)",
+    )
+    group = parser.add_argument_group("source")
+    group.add_argument(
+        "--source",
+        metavar="URL|git|git+REPO|PATH",
+        help="where the upstream source comes from (default: the catalog's release tarball)",
+    )
+    group.add_argument("--sha256", help="expected sha256 of the source tarball")
+    group.add_argument(
+        "--trust-on-first-use",
+        action="store_true",
+        help="fetch a line the catalog has no sha256 pin for, and record the hash seen",
+    )
+    group.add_argument("--retries", type=int, default=FetchSettings.retries, help="download retries")
+    group.add_argument(
+        "--timeout", type=float, default=FetchSettings.timeout, help="download read timeout (s)"
+    )
+    group.add_argument(
+        "--backoff",
+        type=float,
+        default=FetchSettings.backoff,
+        help="seconds before the first download retry; doubles each time",
+    )
+    group = parser.add_argument_group("folders and behaviour")
+    group.add_argument("--work-dir", type=Path, default=Path("build"), help="default: ./build")
+    group.add_argument("--cache-dir", type=Path, default=Path(".cache"), help="default: ./.cache")
+    group.add_argument("--wheels-dir", type=Path, default=Path("wheels"), help="default: ./wheels")
+    group.add_argument(
+        "--dry-run", action="store_true", help="print every command and variable; run nothing"
+    )
+    group.add_argument(
+        "--no-wait",
+        dest="wait",
+        action="store_false",
+        help="refuse instead of waiting when another build of the same line holds the lock",
+    )
+
+
+def _interpreter_version(executable: str) -> str:
+    try:
+        result = subprocess.run(
+            [executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BuildError(f"--python {executable}: cannot run it ({exc}).") from None
+    return result.stdout.strip()
+
+
+def resolve_python(spec: str | None) -> PythonTarget:
+    """``3.12`` (looked up as python3.12 on PATH), an interpreter path, or None (this one)."""
+    if spec is None:
+        return PythonTarget(f"{sys.version_info[0]}.{sys.version_info[1]}", sys.executable, True)
+    if _X_Y.match(spec):
+        found = shutil.which(f"python{spec}")
+        return PythonTarget(spec, found or f"python{spec}", found is not None)
+    path = Path(spec).expanduser()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise BuildError(
+            f"--python {spec}: no such interpreter. Give a version (3.12) or the path of a "
+            "python executable."
+        )
+    # Not resolved: a venv's python is a symlink, and resolving it would leave the venv.
+    absolute = str(path if path.is_absolute() else Path.cwd() / path)
+    return PythonTarget(_interpreter_version(absolute), absolute, True)
+
+
+def _check_sha256(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip().lower()
+    if not _SHA256.match(value):
+        raise BuildError(f"--sha256 {value}: expected 64 hexadecimal digits.")
+    return value
+
+
+def resolve(args: argparse.Namespace) -> Options:
+    catalog = catalog_mod.load(args.catalog)
+    line = catalog.line(args.version)
+    specs: list[str | None] = list(args.python) or [None]
+    pythons: list[PythonTarget] = []
+    for spec in specs:
+        target = resolve_python(spec)
+        if target.version not in line.python:
+            raise BuildError(
+                f"Python {target.version} ({target.executable}) is not a Python that PyTorch "
+                f"{line.version} supports.\nSupported: {', '.join(line.python)}. "
+                f"Pass one of them with PYTHON=... / --python."
+            )
+        if any(known.version == target.version for known in pythons):
+            raise BuildError(f"--python {spec}: Python {target.version} is listed twice.")
+        pythons.append(target)
+    # The first compiles; building the oldest first is what upstream's multi-Python builds do
+    # and keeps the order (and so the plan) stable whatever order the flags came in.
+    pythons.sort(key=lambda target: Version(target.version))
+    return Options(
+        catalog=catalog,
+        line=line,
+        pythons=tuple(pythons),
+        source=args.source,
+        sha256=_check_sha256(args.sha256),
+        trust_on_first_use=args.trust_on_first_use,
+        dry_run=args.dry_run,
+        builder=args.builder,
+        wait=args.wait,
+        work_dir=args.work_dir.absolute(),
+        cache_dir=args.cache_dir.absolute(),
+        wheels_dir=args.wheels_dir.absolute(),
+        fetch=FetchSettings(
+            retries=max(0, args.retries), timeout=args.timeout, backoff=max(0.0, args.backoff)
+        ),
+    )

@@ -1,0 +1,121 @@
+"""Stage 2, patches: a fresh copy of the pristine tree with the line's series applied.
+
+The series is checked against the pristine tree before anything is copied; the copy is
+patched in a temporary directory beside its destination and renamed into place only when
+the whole series went in. A conflict therefore leaves the pristine tree, and any earlier
+patched tree, exactly as they were. ``.intelmac-series.json`` in the patched tree records
+the series fingerprint and the source it was made from, so an unchanged tree is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from . import _fsutil, patching
+from ._locks import held
+from ._log import Log
+from ._plan import Section, Step, render
+from .errors import BuildError
+from .options import Options, add_common_arguments, resolve
+from .source import SourceRecord
+
+MARKER = ".intelmac-series.json"
+
+
+def _wanted_marker(options: Options, record: SourceRecord) -> dict[str, Any]:
+    return {
+        "series_fingerprint": options.line.series_fingerprint,
+        "patches": [patch.name for patch in options.line.patches],
+        "source_tree_id": record.tree_id,
+        "source_sha256": record.sha256,
+    }
+
+
+def read_marker(tree: Path) -> dict[str, Any] | None:
+    data = _fsutil.read_json(tree / MARKER)
+    return data if isinstance(data, dict) else None
+
+
+def patch(options: Options, log: Log) -> Path:
+    """Make ``<work>/<version>/patched`` carry the line's series; returns its path."""
+    layout = options.layout
+    series = options.line.patches
+    fingerprint = options.line.series_fingerprint
+    log.step(f"patch: {len(series)} patches, series {fingerprint[:12]}")
+    record = SourceRecord.load(layout.source_record)
+    if record is None or not layout.source_tree.is_dir():
+        raise BuildError(
+            f"No source tree in {layout.root}. Fetch it first: "
+            f"python -m build_scripts fetch --version {options.line.version}"
+        )
+    wanted = _wanted_marker(options, record)
+    current = read_marker(layout.patched_tree)
+    if current == wanted:
+        if not series or patching.is_applied(layout.patched_tree, series):
+            log.info(f"Already patched (series {fingerprint[:12]}): {layout.patched_tree}")
+            return layout.patched_tree
+        log.warn(f"{layout.patched_tree} no longer carries the series; patching a fresh copy")
+
+    already = bool(series) and patching.is_applied(layout.source_tree, series)
+    if already:
+        log.info(
+            f"The source tree already carries the whole series ({len(series)} patches): "
+            "it was patched before it got here. Copying it without applying anything twice."
+        )
+    else:
+        # Every patch is checked before a gigabyte is copied; PatchConflict names the
+        # patch, the file and the hunk.
+        patching.check_series(layout.source_tree, series)
+
+    staging = _fsutil.temp_dir_beside(layout.patched_tree)
+    staging.rmdir()
+    try:
+        shutil.copytree(layout.source_tree, staging, symlinks=True)
+        if not already:
+            patching.apply_series(staging, series)
+        old_build = layout.patched_tree / "build"
+        if current is not None and current.get("source_tree_id") == record.tree_id and old_build.is_dir():
+            # Same upstream source, new series: keep the CMake/ninja tree, so only what the
+            # new patches touch recompiles.
+            os.rename(old_build, staging / "build")
+        _fsutil.write_json_atomic(staging / MARKER, {**wanted, "applied_here": not already})
+        _fsutil.swap_dir_into_place(staging, layout.patched_tree)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for name in wanted["patches"]:
+        log.info(f"  applied {name}" if not already else f"  present {name}")
+    log.info(f"Patched tree: {layout.patched_tree}")
+    return layout.patched_tree
+
+
+def plan(options: Options) -> Section:
+    layout = options.layout
+    steps = [
+        Step(f"check every patch against {layout.source_tree}, then apply {patch.name}")
+        for patch in options.line.patches
+    ]
+    steps.append(Step(f"copy + apply in a temporary folder, rename onto {layout.patched_tree}"))
+    note = f"series fingerprint {options.line.series_fingerprint}"
+    return Section("patch", (note,), {}, tuple(steps))
+
+
+def _main(args: argparse.Namespace) -> int:
+    options = resolve(args)
+    if options.dry_run:
+        print(render([plan(options)]))
+        return 0
+    log = Log.create()
+    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+        patch(options, log)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("patch", help="apply the line's patch series to a fresh copy")
+    add_common_arguments(parser)
+    parser.set_defaults(func=_main)

@@ -1,0 +1,159 @@
+"""Stage 4a, repair: bundle libomp into macOS wheels and add the build information.
+
+On macOS, ``delocate-wheel --require-archs x86_64`` copies the non-system libraries a
+wheel links against (libomp from Homebrew) into it and fails when a binary lacks x86_64.
+A wheel from the generic setuptools builder is not a macOS wheel with dylibs to bundle, so
+delocate is skipped for it, and the build information says so.
+
+Every wheel then gets ``<dist-info>/INTELMAC_BUILD.json`` (see ``buildinfo``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import _fsutil, buildinfo, host as host_mod
+from ._locks import held
+from ._log import Log
+from ._plan import Section, Step, render
+from .build import built_record
+from .errors import BuildError, UnsupportedHostError
+from .host import Host
+from .options import DIST_NAME, Options, PythonTarget, add_common_arguments, resolve
+
+REPAIRED = "repaired.json"
+
+
+def repaired_dir(options: Options, python: PythonTarget) -> Path:
+    return options.layout.dist(python) / "repaired"
+
+
+def delocate_argv(wheel: Path, out_dir: Path) -> tuple[str, ...]:
+    beside = Path(sys.executable).parent / "delocate-wheel"
+    tool = str(beside) if beside.exists() else "delocate-wheel"
+    return (tool, "--require-archs", "x86_64", "-w", str(out_dir), "-v", str(wheel))
+
+
+def _delocate_version() -> str | None:
+    try:
+        return importlib.metadata.version("delocate")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def build_info(options: Options, record: dict[str, Any], repair_note: str) -> dict[str, Any]:
+    source = record.get("source") or {}
+    toolchain = dict(record.get("toolchain") or {})
+    if record["builder"] == "pytorch-macos":
+        toolchain["delocate"] = _delocate_version()
+    return {
+        "upstream_version": options.line.version,
+        "wheel_version": options.wheel_version,
+        "source_sha256": source.get("sha256"),
+        "source": {key: source.get(key) for key in ("kind", "location", "commit")},
+        "series_fingerprint": record.get("series_fingerprint"),
+        "patches": record.get("patches"),
+        "toolchain": toolchain,
+        "built_at": record.get("built_at"),
+        "python": record.get("python"),
+        "builder": record["builder"],
+        "host": record.get("host"),
+        "cross_build": record.get("cross_build"),
+        "macos_deployment_target": options.line.macos_deployment_target,
+        "mps_min_macos": options.line.mps_min_macos,
+        "repair": repair_note,
+    }
+
+
+def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> Path:
+    record = built_record(options, python)
+    raw = Path(record["wheel"])
+    out_dir = repaired_dir(options, python)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent) as scratch:
+        if record["builder"] == "pytorch-macos":
+            if not host.is_macos:
+                raise UnsupportedHostError(
+                    "delocate repairs macOS wheels and runs only on macOS; this wheel was built "
+                    "on a Mac, so repair it there: python -m build_scripts repair "
+                    f"--version {options.line.version} --python {python.version}"
+                )
+            log.run_logged(
+                delocate_argv(raw, Path(scratch)),
+                label=f"delocate {python.tag}",
+                log_file=options.layout.logs / f"repair-{python.tag}.log",
+            )
+            produced = sorted(Path(scratch).glob("*.whl"))
+            if len(produced) != 1:
+                raise BuildError(f"delocate-wheel left {len(produced)} wheels in {scratch}, expected 1")
+            wheel = produced[0]
+            note = "delocate-wheel --require-archs x86_64: non-system libraries (libomp) bundled"
+        else:
+            wheel = raw
+            note = (
+                f"skipped: a {record['builder']} wheel, not a macOS PyTorch build; delocate bundles "
+                "macOS dylibs and has nothing to do here"
+            )
+            log.info(f"{python.tag}: delocate {note}")
+        destination = out_dir / wheel.name
+        info = build_info(options, record, note)
+        buildinfo.embed(wheel, destination, info)
+    _fsutil.write_json_atomic(
+        options.layout.dist(python) / REPAIRED, {"wheel": str(destination), "build_info": info}
+    )
+    log.info(f"{python.tag}: {destination.name} carries {buildinfo.FILENAME}")
+    return destination
+
+
+def repaired_record(options: Options, python: PythonTarget) -> dict[str, Any]:
+    path = options.layout.dist(python) / REPAIRED
+    data = _fsutil.read_json(path)
+    if not isinstance(data, dict) or not Path(str(data.get("wheel"))).is_file():
+        raise BuildError(
+            f"No repaired wheel for {python.tag} in {path.parent}: run the repair stage first "
+            f"(python -m build_scripts repair --version {options.line.version})."
+        )
+    return data
+
+
+def repair(options: Options, log: Log, host: Host | None = None) -> list[Path]:
+    host = host or host_mod.probe()
+    log.step("repair")
+    return [repair_one(options, python, log, host) for python in options.pythons]
+
+
+def plan(options: Options) -> Section:
+    steps: list[Step] = []
+    for python in options.pythons:
+        raw = options.layout.dist(python) / "raw" / f"{DIST_NAME}-{options.wheel_version}-{python.tag}-*.whl"
+        out = repaired_dir(options, python)
+        if options.builder == "pytorch-macos":
+            steps.append(Step(f"bundle libomp into the {python.tag} wheel, require x86_64", delocate_argv(raw, out)))
+        else:
+            steps.append(Step(f"{python.tag}: delocate skipped (generic setuptools wheel)"))
+        steps.append(Step(f"add {buildinfo.FILENAME} to the wheel's .dist-info and RECORD -> {out}"))
+    return Section("repair", (), {}, tuple(steps))
+
+
+def _main(args: argparse.Namespace) -> int:
+    options = resolve(args)
+    if options.dry_run:
+        print(render([plan(options)]))
+        return 0
+    log = Log.create()
+    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+        repair(options, log)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("repair", help="bundle libomp (delocate) and add build information")
+    add_common_arguments(parser)
+    parser.set_defaults(func=_main)

@@ -1,0 +1,613 @@
+"""Stage 1, source: the upstream tree, fetched, checked and extracted into the work dir.
+
+Three kinds of source:
+
+- a URL (the catalog's GitHub release tarball by default, or a mirror of it): streamed to
+  ``<cache>/downloads/`` with a progress bar, resumed with HTTP Range after an interruption,
+  retried with backoff, checked against its sha256 pin and only then moved into the cache;
+- ``git`` / ``git+<repo>``: a shallow clone of tag ``vX.Y.Z`` with its submodules;
+- a local tarball (optionally checked with ``--sha256``) or directory, for offline builds.
+
+Pins come from the catalog. A line without one is fetched only with
+``--trust-on-first-use``; that run records the hash it saw in ``<catalog>.lock.yaml``
+beside the catalog, which later runs treat as the pin.
+
+Extraction refuses absolute paths, ``..``, links that leave the tree and device files,
+and goes to a temporary directory that is renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+from urllib.parse import unquote, urlparse
+
+import requests
+import urllib3
+import yaml
+
+from . import _fsutil
+from ._locks import held
+from ._log import Log
+from ._plan import Section, Step
+from .catalog import Catalog
+from .errors import BuildError
+from .options import FetchSettings, Options, add_common_arguments, resolve
+
+UPSTREAM_GIT = "https://github.com/pytorch/pytorch.git"
+# 404 is retried too: GitHub's release CDN has answered 404 for a few seconds after an
+# upload, and the issue asks for it. The final message says "not there" plainly.
+_RETRY_STATUS = {404, 408, 429, 500, 502, 503, 504}
+# Mid-body failures come from urllib3 (read timeouts, resets, short reads), not requests.
+_NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+
+SourceKind = Literal["url", "git", "tarball", "directory"]
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    kind: SourceKind
+    location: str  # URL, repository URL or absolute path
+    expected_sha256: str | None  # None: unpinned (URL: needs trust-on-first-use)
+    pin_origin: str
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """What the pristine tree in the work dir was made from (``source.json``)."""
+
+    kind: SourceKind
+    location: str
+    sha256: str | None  # of the tarball; None for git and directory sources
+    commit: str | None  # git sources: the commit the tag pointed at
+    tree_id: str  # new for every extraction; the patch stage keys its tree on it
+
+    def same_origin(self, other: SourceRecord) -> bool:
+        return (self.kind, self.location, self.sha256) == (other.kind, other.location, other.sha256)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "location": self.location,
+            "sha256": self.sha256,
+            "commit": self.commit,
+            "tree_id": self.tree_id,
+        }
+
+    @classmethod
+    def load(cls, path: Path) -> SourceRecord | None:
+        data = _fsutil.read_json(path)
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(**{key: data[key] for key in ("kind", "location", "sha256", "commit", "tree_id")})
+        except (KeyError, TypeError):
+            return None
+
+
+# --- trust on first use -----------------------------------------------------------------
+
+
+def pins_file(catalog: Catalog) -> Path:
+    """``patches/catalog.lock.yaml`` for ``patches/catalog.yaml``.
+
+    Beside the catalog rather than in the cache: committing it shares the pin with every
+    other machine, the way a lock file does, and wiping a cache cannot silently turn a
+    recorded pin back into another "first use".
+    """
+    return catalog.path.with_name(f"{catalog.path.stem}.lock.yaml")
+
+
+def _read_pins(path: Path) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        return {}
+    except yaml.YAMLError as exc:
+        raise BuildError(f"{path} is not valid YAML: {exc}") from None
+    pins = document.get("pins", {}) if isinstance(document, dict) else None
+    if not isinstance(pins, dict):
+        raise BuildError(f"{path}: field 'pins' must be a mapping of version to pin.")
+    return pins
+
+
+def recorded_pin(catalog: Catalog, version: str) -> str | None:
+    path = pins_file(catalog)
+    entry = _read_pins(path).get(version)
+    if entry is None:
+        return None
+    sha = entry.get("sha256") if isinstance(entry, dict) else None
+    if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+        raise BuildError(f"{path}: pins.{version}.sha256 must be 64 hexadecimal digits.")
+    return sha
+
+
+def record_pin(catalog: Catalog, version: str, url: str, sha256: str, cache_dir: Path) -> Path:
+    path = pins_file(catalog)
+    # Two lines can be pinned at once by two runs; the read-modify-write goes under a lock.
+    with held(cache_dir / "locks" / "pins.lock", what="the pin file", wait=True, log=Log.create()):
+        pins = _read_pins(path)
+        pins[version] = {
+            "sha256": sha256,
+            "url": url,
+            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "how": "trust-on-first-use: the hash of what was downloaded, not a published pin",
+        }
+        header = (
+            "# sha256 pins recorded by --trust-on-first-use runs (build_scripts/source.py).\n"
+            "# Later runs treat them as pins. Check each against an independent source, then\n"
+            "# move it into catalog.yaml (with pin_origin) and delete the entry here.\n"
+        )
+        _fsutil.write_text_atomic(path, header + yaml.safe_dump({"pins": pins}, sort_keys=True))
+    return path
+
+
+# --- resolving what to fetch -------------------------------------------------------------
+
+
+def _pin(options: Options) -> tuple[str | None, str]:
+    """The sha256 the line's release tarball must have, and where that pin comes from."""
+    catalog_pin = options.line.source.sha256
+    lock_pin = recorded_pin(options.catalog, options.line.version)
+    if catalog_pin and lock_pin and catalog_pin != lock_pin:
+        raise BuildError(
+            f"Two different sha256 pins for PyTorch {options.line.version}:\n"
+            f"  catalog {options.catalog.path}: {catalog_pin} ({options.line.source.pin_origin})\n"
+            f"  lock file {pins_file(options.catalog)}: {lock_pin} (trust on first use)\n"
+            "The catalog's pin was published by others; delete the lock file's entry once you "
+            "have checked which tarball is right."
+        )
+    pin, origin = (
+        (catalog_pin, f"catalog ({options.line.source.pin_origin})")
+        if catalog_pin
+        else (lock_pin, f"recorded by trust on first use in {pins_file(options.catalog)}")
+    )
+    if options.sha256 and pin and options.sha256 != pin:
+        raise BuildError(
+            f"--sha256 {options.sha256} contradicts the pin for PyTorch {options.line.version}: "
+            f"{pin} ({origin})."
+        )
+    if options.sha256 and not pin:
+        return options.sha256, "--sha256"
+    return pin, origin
+
+
+def resolve_source(options: Options) -> ResolvedSource:
+    spec = options.source
+    if spec is None or re.match(r"^(https?|file)://", spec):
+        url = spec or options.line.source.url
+        pin, origin = _pin(options)
+        return ResolvedSource("url", url, pin, origin)
+    if spec == "git" or spec.startswith("git+"):
+        repo = UPSTREAM_GIT if spec == "git" else spec[len("git+") :]
+        return ResolvedSource("git", repo, None, "git tag (not checksum-pinned)")
+    path = Path(spec).expanduser().absolute()
+    if path.is_dir():
+        return ResolvedSource("directory", str(path), None, "local directory (not checksum-pinned)")
+    if path.is_file():
+        origin = "--sha256" if options.sha256 else "none: a local tarball is checked only with --sha256"
+        return ResolvedSource("tarball", str(path), options.sha256, origin)
+    raise BuildError(
+        f"--source {spec}: not a URL, 'git', 'git+<repo>', or an existing tarball or directory."
+    )
+
+
+def tarball_cache_path(options: Options, url: str) -> Path:
+    name = PurePosixPath(unquote(urlparse(url).path)).name or f"pytorch-v{options.line.version}.tar.gz"
+    return options.cache_dir / "downloads" / name
+
+
+# --- downloading ---------------------------------------------------------------------------
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _part_paths(destination: Path) -> tuple[Path, Path]:
+    return destination.with_name(destination.name + ".part"), destination.with_name(
+        destination.name + ".part.json"
+    )
+
+
+def _attempt(session: requests.Session, url: str, destination: Path, settings: FetchSettings, log: Log) -> None:
+    """One GET, resuming the ``.part`` file when its state says it came from ``url``."""
+    part, state_file = _part_paths(destination)
+    state = _fsutil.read_json(state_file) or {}
+    offset = part.stat().st_size if part.exists() and state.get("url") == url else 0
+    headers = {"Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+        validator = state.get("etag") or state.get("last_modified")
+        if validator:
+            # If-Range: the server sends the whole (new) file when it changed since.
+            headers["If-Range"] = validator
+    try:
+        response = session.get(
+            url, headers=headers, stream=True, timeout=(min(settings.timeout, 30.0), settings.timeout)
+        )
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        raise _Retryable(f"cannot reach {url}: {exc.__class__.__name__}") from None
+    except requests.RequestException as exc:
+        raise BuildError(f"cannot download {url}: {exc}") from None
+    with response:
+        status = response.status_code
+        if status == 416 and offset:
+            # The server cannot serve from our offset: the part is stale. Start over.
+            part.unlink(missing_ok=True)
+            raise _Retryable("the server refused to resume; starting over", status)
+        if status in _RETRY_STATUS:
+            raise _Retryable(f"HTTP {status} {response.reason} from {url}", status)
+        if status >= 400:
+            raise BuildError(f"HTTP {status} {response.reason} from {url}; not retrying.")
+        content_range = response.headers.get("Content-Range", "")
+        if status == 206 and not content_range.startswith(f"bytes {offset}-"):
+            part.unlink(missing_ok=True)
+            raise _Retryable(f"the server resumed at the wrong offset ({content_range})", status)
+        if status != 206:
+            offset = 0  # the server ignored Range (or the file changed): a full body follows
+        _fsutil.write_json_atomic(
+            state_file,
+            {
+                "url": url,
+                "etag": response.headers.get("ETag"),
+                "last_modified": response.headers.get("Last-Modified"),
+            },
+        )
+        length = response.headers.get("Content-Length")
+        total = offset + int(length) if length and length.isdigit() else None
+        if offset:
+            log.info(f"Resuming {destination.name} at {offset / 2**20:.1f} MiB")
+        written = offset
+        try:
+            with part.open("ab" if offset else "wb") as handle, log.download_bar(
+                destination.name, total, offset
+            ) as bar:
+                task = bar.task_ids[0]
+                # raw.stream: the bytes as sent; a server that labels a .tar.gz with
+                # Content-Encoding: gzip must not get it decompressed on the way to disk.
+                for chunk in response.raw.stream(_fsutil.CHUNK, decode_content=False):
+                    handle.write(chunk)
+                    written += len(chunk)
+                    bar.update(task, completed=written)
+        except _NETWORK_ERRORS as exc:
+            raise _Retryable(
+                f"the download of {url} broke off at {written} bytes ({exc.__class__.__name__})"
+            ) from None
+        if total is not None and written != total:
+            raise _Retryable(f"the download of {url} ended early ({written} of {total} bytes)")
+
+
+def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> None:
+    """Stream ``url`` into ``destination``'s ``.part`` file, resuming and retrying.
+
+    The caller checks the hash and moves the part into place.
+    """
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    attempt = 0
+    with requests.Session() as session:
+        while True:
+            try:
+                _attempt(session, url, destination, settings, log)
+                return
+            except _Retryable as problem:
+                attempt += 1
+                if attempt > settings.retries:
+                    hint = (
+                        "The file is not there: check --version and the catalog's URL, or pass "
+                        "--source with a mirror, a local tarball or 'git'."
+                        if problem.status == 404
+                        else "Check the network (or the server), then run again: the part "
+                        "downloaded so far is kept and resumed."
+                    )
+                    raise BuildError(
+                        f"Download failed after {attempt} attempts: {problem}\n{hint}"
+                    ) from None
+                delay = min(settings.backoff * 2 ** (attempt - 1), 60.0)
+                log.warn(f"{problem}; retry {attempt}/{settings.retries} in {delay:.0f} s")
+                time.sleep(delay)
+
+
+def _cached_sha256(path: Path) -> str:
+    """The file's sha256, from its ``.sha256`` note when size and mtime still match."""
+    note = path.with_name(path.name + ".sha256.json")
+    stat = path.stat()
+    known = _fsutil.read_json(note)
+    if isinstance(known, dict) and known.get("size") == stat.st_size and known.get("mtime_ns") == stat.st_mtime_ns:
+        return str(known["sha256"])
+    digest = _fsutil.sha256_file(path)
+    _fsutil.write_json_atomic(note, {"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return digest
+
+
+def _mismatch(path: Path, expected: str, actual: str, origin: str, removed: bool) -> BuildError:
+    what = "It was deleted" if removed else "The file was left where it is (it is yours)"
+    return BuildError(
+        f"sha256 mismatch for {path.name}:\n"
+        f"  expected {expected}  ({origin})\n"
+        f"  actual   {actual}\n"
+        f"{what}. The file is not the release the pin describes: a corrupted download, a "
+        "different file at that URL, or a wrong pin."
+    )
+
+
+def fetch_tarball(options: Options, source: ResolvedSource, log: Log) -> tuple[Path, str]:
+    """The verified tarball in the cache and its sha256."""
+    destination = tarball_cache_path(options, source.location)
+    expected = source.expected_sha256
+    if expected is None and not options.trust_on_first_use:
+        raise BuildError(
+            f"PyTorch {options.line.version} has no sha256 pin (catalog {options.catalog.path}, "
+            f"and nothing recorded in {pins_file(options.catalog)}).\n"
+            "Add a published pin to the catalog, pass --sha256, or accept whatever the server "
+            "sends this once with --trust-on-first-use (BUILD_ARGS=--trust-on-first-use)."
+        )
+    if destination.exists():
+        actual = _cached_sha256(destination)
+        if expected is None or actual == expected:
+            log.info(f"Using cached {destination} (sha256 {actual})")
+            return destination, actual
+        log.warn(f"cached {destination.name} has sha256 {actual}, not {expected}; downloading again")
+        destination.unlink()
+    log.info(f"Downloading {source.location}")
+    download(source.location, destination, options.fetch, log)
+    part, state_file = _part_paths(destination)
+    actual = _fsutil.sha256_file(part)
+    if expected is not None and actual != expected:
+        part.unlink(missing_ok=True)
+        state_file.unlink(missing_ok=True)
+        raise _mismatch(destination, expected, actual, source.pin_origin, removed=True)
+    os.replace(part, destination)
+    state_file.unlink(missing_ok=True)
+    _cached_sha256(destination)
+    if expected is None:
+        lock = record_pin(options.catalog, options.line.version, source.location, actual, options.cache_dir)
+        log.loud(
+            "TRUST ON FIRST USE",
+            f"PyTorch {options.line.version}'s tarball was NOT checked against a published "
+            f"sha256.\nWhatever {source.location} sent is now pinned:\n  {actual}\n"
+            f"recorded in {lock}. Later runs insist on this hash.\nCompare it with an "
+            "independent source (conda-forge, Homebrew, a second download) before you "
+            "publish anything built from it, then move it into the catalog.",
+        )
+    else:
+        log.info(f"sha256 OK: {actual} ({source.pin_origin})")
+    return destination, actual
+
+
+# --- extraction -----------------------------------------------------------------------------
+
+
+class UnsafeArchive(BuildError):
+    """A tarball member would land outside the tree, or is a device file."""
+
+
+def check_member(member: tarfile.TarInfo, archive: Path) -> None:
+    """Refuse members that could write outside the extraction directory."""
+    name = member.name
+
+    def refuse(why: str) -> UnsafeArchive:
+        return UnsafeArchive(
+            f"Refusing to extract {archive.name}: member {name!r} {why}.\n"
+            "A release tarball never contains that; the file may be tampered with. "
+            "Nothing was extracted into the work dir."
+        )
+
+    if name.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", name):
+        raise refuse("has an absolute path")
+    if ".." in PurePosixPath(name).parts:
+        raise refuse("climbs out of the tree with '..'")
+    if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
+        raise refuse("is a device or FIFO")
+    if member.issym() or member.islnk():
+        target = member.linkname
+        if target.startswith("/"):
+            raise refuse(f"is a link to the absolute path {target!r}")
+        base = posixpath.dirname(name) if member.issym() else ""
+        resolved = posixpath.normpath(posixpath.join(base, target))
+        if resolved == ".." or resolved.startswith("../"):
+            raise refuse(f"is a link to {target!r}, outside the tree")
+
+
+def extract_tarball(archive: Path, destination: Path, log: Log) -> None:
+    """Extract ``archive`` into a fresh directory and rename it onto ``destination``.
+
+    One pass over the stream (a PyTorch tarball is about a gigabyte unpacked). A tarball
+    with one top-level folder (``pytorch-vX.Y.Z/``) gives that folder as the tree.
+    """
+    staging = _fsutil.temp_dir_beside(destination)
+    try:
+        log.info(f"Extracting {archive.name} ...")
+        with archive.open("rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
+            for member in tar:
+                check_member(member, archive)
+                # Directories get their modes from the umask: a read-only folder would
+                # stop the files inside it from being written in this single pass.
+                kwargs: dict[str, Any] = {"set_attrs": not member.isdir()}
+                if hasattr(tarfile, "data_filter"):
+                    # Python's own guard as a second line (3.12+, 3.11.4+, 3.10.12+).
+                    kwargs["filter"] = "data"
+                try:
+                    tar.extract(member, staging, **kwargs)
+                except tarfile.TarError as exc:
+                    raise UnsafeArchive(f"Refusing to extract {archive.name}: {exc}") from None
+        entries = list(staging.iterdir())
+        root = entries[0] if len(entries) == 1 and entries[0].is_dir() else staging
+        if root is not staging:
+            inner = _fsutil.temp_dir_beside(destination)
+            inner.rmdir()
+            os.rename(root, inner)
+            shutil.rmtree(staging)
+            staging = inner
+        _fsutil.swap_dir_into_place(staging, destination)
+    except tarfile.TarError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BuildError(f"{archive} is not a readable tarball: {exc}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def copy_directory(source: Path, destination: Path, log: Log) -> None:
+    staging = _fsutil.temp_dir_beside(destination)
+    staging.rmdir()
+    try:
+        log.info(f"Copying {source} ...")
+        shutil.copytree(source, staging, symlinks=True)
+        _fsutil.swap_dir_into_place(staging, destination)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def git_clone_argv(repo: str, version: str, into: Path) -> list[str]:
+    argv = ["git"]
+    if repo.startswith("file://"):
+        # git refuses file:// submodules by default (CVE-2022-39253); a local mirror the
+        # user named is theirs to trust.
+        argv += ["-c", "protocol.file.allow=always"]
+    return argv + [
+        "clone",
+        "--depth",
+        "1",
+        "--branch",
+        f"v{version}",
+        "--recurse-submodules",
+        "--shallow-submodules",
+        repo,
+        str(into),
+    ]
+
+
+def clone(repo: str, version: str, destination: Path, log: Log, log_file: Path) -> str:
+    """Clone tag v``version`` into ``destination``; returns the commit it points at."""
+    staging = _fsutil.temp_dir_beside(destination)
+    staging.rmdir()  # git clone creates it
+    try:
+        log.run_logged(git_clone_argv(repo, version, staging), label="git clone", log_file=log_file)
+        head = subprocess.run(
+            ["git", "-C", str(staging), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        )
+        _fsutil.swap_dir_into_place(staging, destination)
+        return head.stdout.strip()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _check_version_file(tree: Path, version: str, log: Log) -> None:
+    version_txt = tree / "version.txt"
+    if not version_txt.is_file():
+        log.warn(f"{tree} has no version.txt; is it a PyTorch source tree?")
+        return
+    found = version_txt.read_text(encoding="utf-8").strip()
+    if not found.startswith(version):
+        log.loud(
+            "VERSION MISMATCH",
+            f"The source's version.txt says {found!r}, but the release line is {version}.\n"
+            "The wheel will still be labelled from the catalog (PYTORCH_BUILD_VERSION).",
+        )
+
+
+# --- the stage ------------------------------------------------------------------------------
+
+
+def fetch(options: Options, log: Log) -> SourceRecord:
+    """Make ``<work>/<version>/source`` the pristine tree of the requested source."""
+    log.step(f"fetch: PyTorch {options.line.version}")
+    layout = options.layout
+    source = resolve_source(options)
+    previous = SourceRecord.load(layout.source_record)
+    have_tree = previous is not None and layout.source_tree.is_dir()
+    commit: str | None = None
+    sha: str | None = None
+
+    if source.kind == "url":
+        archive, sha = fetch_tarball(options, source, log)
+    elif source.kind == "tarball":
+        archive = Path(source.location)
+        sha = _fsutil.sha256_file(archive)
+        if source.expected_sha256 and sha != source.expected_sha256:
+            raise _mismatch(archive, source.expected_sha256, sha, "--sha256", removed=False)
+        if not source.expected_sha256:
+            log.warn(f"{archive.name} is not checked against any pin (pass --sha256 to check it)")
+
+    record = SourceRecord(source.kind, source.location, sha, None, uuid.uuid4().hex)
+    if source.kind in ("url", "tarball") and have_tree and previous is not None and previous.same_origin(record):
+        log.info(f"Source tree up to date: {layout.source_tree}")
+        return previous
+    if source.kind == "git" and have_tree and previous is not None and previous.same_origin(record):
+        log.info(f"Source tree up to date: {layout.source_tree} (git {previous.commit})")
+        return previous
+
+    if source.kind in ("url", "tarball"):
+        extract_tarball(archive, layout.source_tree, log)
+    elif source.kind == "directory":
+        log.warn(f"{source.location} is a local directory: it is copied as it is, unchecked")
+        copy_directory(Path(source.location), layout.source_tree, log)
+    else:
+        commit = clone(source.location, options.line.version, layout.source_tree, log, layout.logs / "fetch.log")
+        log.warn(f"git tag v{options.line.version} is at commit {commit}; tags are not checksum pins")
+    record = SourceRecord(record.kind, record.location, sha, commit, record.tree_id)
+    _fsutil.write_json_atomic(layout.source_record, record.to_json())
+    _check_version_file(layout.source_tree, options.line.version, log)
+    log.info(f"Source tree: {layout.source_tree}")
+    return record
+
+
+def plan(options: Options) -> Section:
+    source = resolve_source(options)
+    layout = options.layout
+    notes: list[str] = []
+    steps: list[Step] = []
+    if source.kind == "url":
+        cache = tarball_cache_path(options, source.location)
+        if source.expected_sha256:
+            notes.append(f"sha256 {source.expected_sha256}: {source.pin_origin}")
+        elif options.trust_on_first_use:
+            notes.append(f"UNPINNED: trust on first use records the hash in {pins_file(options.catalog)}")
+        else:
+            notes.append("UNPINNED: a real run stops here unless --trust-on-first-use is given")
+        steps.append(Step(f"download {source.location} -> {cache} (HTTP Range resume, {options.fetch.retries} retries)"))
+        steps.append(Step(f"check sha256, extract safely -> {layout.source_tree}"))
+    elif source.kind == "git":
+        steps.append(Step("shallow clone with submodules", tuple(git_clone_argv(source.location, options.line.version, layout.source_tree))))
+    elif source.kind == "tarball":
+        notes.append(f"sha256: {source.pin_origin}")
+        steps.append(Step(f"check sha256, extract safely {source.location} -> {layout.source_tree}"))
+    else:
+        steps.append(Step(f"copy {source.location} -> {layout.source_tree}"))
+    return Section("fetch", tuple(notes), {}, tuple(steps))
+
+
+def _main(args: argparse.Namespace) -> int:
+    options = resolve(args)
+    if options.dry_run:
+        from ._plan import render
+
+        print(render([plan(options)]))
+        return 0
+    log = Log.create()
+    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+        fetch(options, log)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "fetch", help="download (or clone, or copy), check and extract the upstream source"
+    )
+    add_common_arguments(parser)
+    parser.set_defaults(func=_main)
