@@ -566,8 +566,18 @@ inline unsigned fallback_core_count(const DeviceProps& device) {
 
 // Metal 4 (MSL 4.0) needs an Apple GPU (Apple7 / M1 or newer). Upstream lines
 // that pick the Metal language version by macOS version alone would ask an
-// Intel or AMD GPU on macOS 26 for 4.0, which it cannot compile; cap those at
+// Intel or AMD GPU on macOS 26 for 4.0, which it cannot compile; those stay on
 // 3.2 (macOS 15 and later) instead.
+//
+// Known limitations of Intel and AMD GPUs that no device choice fixes (the
+// user documentation lists them too):
+//   - bfloat16: Metal's `bfloat` needs an Apple GPU; bf16 is reported
+//     unsupported on Intel and AMD Macs (pytorch/pytorch#141864).
+//   - simdgroup_matrix is missing on Intel Mac GPUs, so kernels built on it
+//     (some matmul paths) are not available there.
+//   - Wrong results reported on AMD GPUs: F.linear on RDNA2
+//     (pytorch/pytorch#178697) and argmax (pytorch/pytorch#112186); NaNs in
+//     conv1d / mm on an Intel iMac (pytorch/pytorch#84138).
 inline bool supports_metal4(const DeviceProps& device) {
   return device.apple_gpu;
 }
