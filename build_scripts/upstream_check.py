@@ -190,9 +190,10 @@ def materialise_header(patches: Sequence[Path], dest: Path) -> Path:
 # The C-ABI shim: MPSDevice.mm's state around the real policy header
 # ---------------------------------------------------------------------------------------
 
-# Plays MPSDevice.mm of patch 0002 on a pretend Mac: the flag (read from the environment
-# on first use), the current choice, "initialised" (a device was created) and the rescan
-# rules. Every decision and every message comes from MPSDevicePolicy.h.
+# Plays MPSDevice.mm of patch 0002 on a pretend Mac, step for step: the flag (read from
+# the environment on first need), one scan at the first use of MPS, "initialised" (a
+# device was chosen), setAllowIntelGpu's refusal or immediate rescan. Every decision and
+# every message comes from MPSDevicePolicy.h. Keep it in step with 0002's MPSDevice.mm.
 SHIM_SOURCE = r"""
 #include <ATen/mps/MPSDevicePolicy.h>
 
@@ -211,8 +212,8 @@ struct FakeMac {
   policy::Platform platform;
   std::optional<bool> allow;   // allow_intel_gpu once read or set
   bool initialised = false;    // a device was created: the choice is final
-  bool scanned = false;
-  bool scanned_allow = false;  // the flag the last scan used
+  bool constructed = false;    // MPSDevice::getInstance() ran
+  bool scanned = false;        // the macOS probe passed and the devices were read
   policy::Selection current;
   bool warned_low_power = false;
   std::string warnings;        // queued TORCH_WARNs, '\x1e'-separated
@@ -247,24 +248,24 @@ policy::Selection scan(bool allow) {
   return policy::choose(mac.devices, options, mac.platform);
 }
 
-// MPSDevice::getInstance(): a scan that chose nothing is repeated once the flag changed.
-void ensure_device() {
-  if (mac.initialised) {
-    return;
-  }
-  const bool allow = allow_flag();
-  if (mac.scanned && mac.scanned_allow == allow) {
-    return;
-  }
-  mac.current = scan(allow);
-  mac.scanned = true;
-  mac.scanned_allow = allow;
+// MPSDevice::chooseDevice(): one scan; the first device chosen is kept for the process.
+void choose_device() {
+  mac.current = scan(allow_flag());
+  mac.scanned = mac.platform.macos_ok;
   if (const auto* chosen = mac.current.chosen()) {
     mac.initialised = true;
     if (chosen->props.low_power && !mac.warned_low_power) {
       mac.warned_low_power = true;
       warn(policy::low_power_warning(chosen->props));
     }
+  }
+}
+
+// MPSDevice::getInstance(): the first use of MPS scans once.
+void ensure_device() {
+  if (!mac.constructed) {
+    mac.constructed = true;
+    choose_device();
   }
 }
 
@@ -331,8 +332,8 @@ int shim_get_allow() {
 }
 
 // setAllowIntelGpu(): refused (1, see shim_error) when a device is in use and the new
-// value would choose another; otherwise stored, and a device not yet created is chosen
-// again on next use.
+// value would choose another; otherwise stored, and a scan that chose nothing is run
+// again at once (rescanIfUnavailable).
 int shim_set_allow(int value) {
   const bool allow = value != 0;
   if (mac.initialised) {
@@ -346,6 +347,9 @@ int shim_set_allow(int value) {
     return 0;
   }
   mac.allow = allow;
+  if (mac.scanned) {
+    choose_device();
+  }
   return 0;
 }
 
