@@ -40,9 +40,11 @@ def _write_github_output(outputs: dict[str, Any]) -> None:
     if not target:
         raise SystemExit("error: --github-output needs $GITHUB_OUTPUT (set by GitHub Actions)")
     with open(target, "a", encoding="utf-8") as handle:
-        for name, value in outputs.items():
-            # Compact JSON has no newlines, so the simple name=value form is safe.
-            handle.write(f"{name}={json.dumps(value, separators=(',', ':'), sort_keys=True)}\n")
+        # Compact JSON has no newlines, so the simple name=value form is safe.
+        handle.writelines(
+            f"{name}={json.dumps(value, separators=(',', ':'), sort_keys=True)}\n"
+            for name, value in outputs.items()
+        )
 
 
 def run_plan(args: argparse.Namespace) -> int:

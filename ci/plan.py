@@ -28,8 +28,7 @@ from typing import Any
 
 import yaml
 
-from build_scripts.catalog import Catalog
-from build_scripts.catalog import REPO_ROOT
+from build_scripts.catalog import REPO_ROOT, Catalog
 from build_scripts.errors import BuildError
 
 from . import expressions
@@ -430,4 +429,4 @@ def job(plan: Plan, job_id: str) -> Job:
     raise KeyError(job_id)
 
 
-__all__: Sequence[str] = ("RELEASE_WORKFLOW", "Plan", "make_plan", "render", "plan_commands", "job")
+__all__: Sequence[str] = ("RELEASE_WORKFLOW", "Plan", "job", "make_plan", "plan_commands", "render")

@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             command += ["--only", group]
         print("+ " + " ".join(command), flush=True)
         # Run from the scratch folder so that no torch/ folder beside us can shadow the wheel.
-        result = subprocess.run(command, cwd=venv.parent)
+        result = subprocess.run(command, cwd=venv.parent, check=False)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

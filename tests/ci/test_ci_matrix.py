@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import yaml
+from ci_support import RELEASE, copy_catalog, edit_catalog, load_workflow, run_cli
 
 from build_scripts import catalog as catalog_module
 from build_scripts.errors import BuildError, CatalogError
 from ci import matrix
-from ci_support import RELEASE, copy_catalog, edit_catalog, load_workflow, run_cli
 
 
 def cli_matrix(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:

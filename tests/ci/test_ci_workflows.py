@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ci_support import REPO, TOOLING_PYTHON, WORKFLOWS, load_workflow, venv_tool
 
 from build_scripts import catalog as catalog_module
-from ci_support import REPO, TOOLING_PYTHON, WORKFLOWS, load_workflow, venv_tool
 
 WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
 ZIZMOR_CONFIG = REPO / ".github" / "zizmor.yml"

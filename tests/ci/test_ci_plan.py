@@ -1,0 +1,150 @@
+"""`make ci-plan`: the job graph and exact commands, read from release.yml itself."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from ci_support import RELEASE, copy_catalog, edit_catalog, run_cli
+
+from build_scripts import catalog as catalog_module
+from build_scripts.errors import BuildError
+from ci import expressions, plan
+
+
+@pytest.fixture(scope="module")
+def catalog() -> catalog_module.Catalog:
+    return catalog_module.load()
+
+
+def runs_of(result: plan.Plan, job_id: str) -> list[plan.JobRun]:
+    return plan.job(result, job_id).runs
+
+
+def commands(run: plan.JobRun) -> list[str]:
+    return [step.run for step in run.steps if step.run is not None]
+
+
+def test_line_tag_builds_one_line_with_all_its_pythons(catalog: catalog_module.Catalog) -> None:
+    line = catalog.line(catalog.default_version)
+    result = plan.make_plan(RELEASE, catalog, tag=f"v{line.version}-1")
+    (build,) = runs_of(result, "build")
+    assert build.runs_on == "macos-15-intel"
+    assert f'make build VERSION="{line.version}" PYTHON="{" ".join(line.python)}"' in commands(build)
+    tests = runs_of(result, "test-wheel")
+    assert [run.name for run in tests] == [f"test {line.version} / Python {p}" for p in line.python]
+    for run, python in zip(tests, line.python):
+        expected = ('python ci/test_wheel.py --wheel-dir dist --expect-version '
+                    f'"{catalog.wheel_version(line)}" --expect-no-gpu')
+        assert commands(run) == [expected]
+        setup = next(step for step in run.steps if "setup-python" in (step.uses or ""))
+        assert setup.with_ == {"python-version": python}
+
+
+def test_release_tag_builds_every_line_and_pair(catalog: catalog_module.Catalog) -> None:
+    result = plan.make_plan(RELEASE, catalog, tag="release-20261122")
+    assert [run.name for run in runs_of(result, "build")] == [f"build {v}" for v in catalog.versions]
+    assert len(runs_of(result, "test-wheel")) == sum(len(line.python) for line in catalog.lines)
+    for job_id in ("attest", "release", "pages"):
+        assert plan.job(result, job_id).status == "runs"
+
+
+def test_cache_key_names_line_fingerprint_and_toolchain(catalog: catalog_module.Catalog) -> None:
+    line = catalog.line("2.6.0")
+    (build,) = runs_of(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "build")
+    restore = next(step for step in build.steps if "cache/restore" in (step.uses or ""))
+    assert restore.with_["key"].startswith(
+        f"ccache-2.6.0-{line.series_fingerprint[:16]}-<steps.toolchain.outputs.key>-")
+
+
+def test_publish_commands_for_a_tag(catalog: catalog_module.Catalog) -> None:
+    result = plan.make_plan(RELEASE, catalog, tag="v2.14.1-2", repository="me/intelmac-torch")
+    (release,) = runs_of(result, "release")
+    assert any('gh release create "v2.14.1-2" dist/*.whl dist/SHA256SUMS' in c for c in commands(release))
+    (pages,) = runs_of(result, "pages")
+    assert ('python ci/publish_index.py build --releases releases --download-base '
+            '"https://github.com/me/intelmac-torch/releases/download" --out site') in commands(pages)
+    (attest,) = runs_of(result, "attest")
+    provenance = next(s for s in attest.steps if "attest-build-provenance" in (s.uses or ""))
+    assert provenance.with_ == {"subject-path": "dist/*.whl"}
+
+
+def test_dispatch_builds_and_tests_but_never_publishes(catalog: catalog_module.Catalog) -> None:
+    result = plan.make_plan(RELEASE, catalog, lines="2.9.1")
+    assert [run.name for run in runs_of(result, "build")] == ["build 2.9.1"]
+    for job_id in ("attest", "release", "pages"):
+        assert plan.job(result, job_id).status.startswith("skipped")
+
+
+def test_gpu_job_follows_the_repository_variable(catalog: catalog_module.Catalog) -> None:
+    without = plan.make_plan(RELEASE, catalog, tag="v2.15.0-1")
+    assert plan.job(without, "regress-gpu").status.startswith("skipped")
+    assert plan.job(without, "gpu-runner-notice").status == "runs"
+    with_runner = plan.make_plan(RELEASE, catalog, tag="v2.15.0-1",
+                                 variables={"HAS_INTEL_GPU_RUNNER": "true"})
+    assert plan.job(with_runner, "gpu-runner-notice").status.startswith("skipped")
+    (gpu,) = runs_of(with_runner, "regress-gpu")
+    assert gpu.runs_on == "self-hosted, macOS, X64, intel-gpu"
+    assert gpu.env["PYTORCH_MPS_ALLOW_INTEL_GPU"] == "1"
+    assert any("make regress DEVICE=mps" in c for c in commands(gpu))
+    # Publishing runs either way.
+    assert plan.job(without, "pages").status == plan.job(with_runner, "pages").status == "runs"
+
+
+def test_plan_follows_the_workflow_file_not_a_copy_of_it(tmp_path: Path,
+                                                         catalog: catalog_module.Catalog) -> None:
+    changed = tmp_path / "release.yml"
+    shutil.copy(RELEASE, changed)
+    changed.write_text(changed.read_text().replace(
+        'make build VERSION="$VERSION" PYTHON="$PYTHONS"',
+        'make build VERSION="$VERSION" PYTHON="$PYTHONS" BUILD_ARGS=--no-wait'))
+    (build,) = runs_of(plan.make_plan(changed, catalog, tag="v2.15.0-1"), "build")
+    assert any(c.endswith("BUILD_ARGS=--no-wait") for c in commands(build))
+
+
+def test_plan_follows_the_catalog(tmp_path: Path) -> None:
+    path = copy_catalog(tmp_path)
+    edit_catalog(path, lambda doc: doc["lines"][0].update(python=["3.12"]))
+    edited = catalog_module.load(path)
+    version = edited.lines[0].version
+    result = plan.make_plan(RELEASE, edited, tag=f"v{version}-1")
+    assert [run.name for run in runs_of(result, "test-wheel")] == [f"test {version} / Python 3.12"]
+
+
+@pytest.mark.parametrize("tag", ["v9.9.9-1", "nightly", "v2.15.0"])
+def test_tags_that_would_not_release_are_refused(tag: str, catalog: catalog_module.Catalog) -> None:
+    with pytest.raises(BuildError):
+        plan.make_plan(RELEASE, catalog, tag=tag)
+
+
+def test_cli_prints_graph_and_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["ci-plan", "--tag", "v2.6.0-1"]) == 0
+    out = capsys.readouterr().out
+    assert "Job graph:" in out
+    assert "  build <- matrix  [runs]" in out
+    assert '$ make build VERSION="2.6.0"' in out
+    assert "regress-gpu <- matrix, build  [skipped" in out
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("github.event_name == 'push' && github.ref_name || ''", "v1"),
+    ("github.event_name == 'PUSH'", True),  # GitHub compares strings ignoring case
+    ("vars.MISSING == 'true'", False),
+    ("!cancelled()", True),
+    ("startsWith(github.ref, 'refs/tags/')", True),
+    ("fromJSON('{\"a\": [1, 2]}').a", None),  # property access on a call is not supported
+])
+def test_expression_evaluator(expression: str, expected: object) -> None:
+    contexts = {"github": {"event_name": "push", "ref_name": "v1", "ref": "refs/tags/v1"},
+                "vars": {}}
+    if expected is None:
+        with pytest.raises(expressions.ExpressionError):
+            expressions.evaluate(expression, contexts)
+    else:
+        assert expressions.evaluate(expression, contexts) == expected
+
+
+def test_run_time_values_stay_placeholders() -> None:
+    contexts = {"github": {"run_id": expressions.Unknown("github.run_id")}}
+    assert expressions.interpolate("k-${{ github.run_id }}", contexts) == "k-<github.run_id>"

@@ -1,0 +1,116 @@
+"""ci/test_wheel.py and ci/wheel_checks.py: they pass a correct wheel and catch wrong ones."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ci_support import REPO, build_fake_wheel, write_fake_torch
+
+CHECKS = REPO / "ci" / "wheel_checks.py"
+TEST_WHEEL = REPO / "ci" / "test_wheel.py"
+sys.path.insert(0, str(REPO / "ci"))
+import test_wheel  # a script, imported for its wheel selection
+
+
+def run_checks(*args: str, torch_root: Path | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTORCH_MPS")}
+    if torch_root is not None:
+        env["PYTHONPATH"] = str(torch_root)
+    return subprocess.run([sys.executable, str(CHECKS), *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=600, check=False)
+
+
+def test_smoke_checks_pass_on_the_real_cpu_torch(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    result = run_checks("--only", "smoke", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("PASS cpu-") == 5
+
+
+def test_api_checks_reject_an_unpatched_torch(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    result = run_checks("--only", "api", "--expect-no-gpu", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "FAIL api-present" in result.stdout and "not a patched build" in result.stdout
+
+
+def test_api_checks_accept_the_contract(tmp_path: Path) -> None:
+    root = write_fake_torch(tmp_path / "site")
+    result = run_checks("--only", "api", "--expect-no-gpu", "--expect-version", "2.15.0+intelmac",
+                        torch_root=root, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FAIL" not in result.stdout
+
+
+@pytest.mark.parametrize(("knobs", "failing_check"), [
+    ({"default": True}, "allow-intel-gpu-default-off"),
+    ({"warn": False}, "env-invalid-value-warns-once"),
+    ({"exit_code": 0}, "python-m-torch.backends.mps"),
+    ({"reason": "The MPS backend is supported on macOS 14.0+"}, "unavailable-reason"),
+    ({"tensor_error": "The MPS backend is supported on macOS 14.0+"}, "mps-tensor-error"),
+])
+def test_api_checks_catch_a_broken_contract(tmp_path: Path, knobs: dict[str, Any],
+                                            failing_check: str) -> None:
+    root = write_fake_torch(tmp_path / "site", **knobs)
+    result = run_checks("--only", "api", "--expect-no-gpu", torch_root=root, cwd=tmp_path)
+    assert result.returncode != 0
+    assert f"FAIL {failing_check}" in result.stdout, result.stdout
+
+
+def test_version_mismatch_is_caught(tmp_path: Path) -> None:
+    root = write_fake_torch(tmp_path / "site")
+    result = run_checks("--only", "api", "--expect-version", "2.14.1+intelmac", torch_root=root,
+                        cwd=tmp_path)
+    assert "FAIL version" in result.stdout and "FAIL build-info" in result.stdout
+
+
+def test_wheel_selection(tmp_path: Path) -> None:
+    for name in ("torch-2.6.0+intelmac-cp310-cp310-macosx_13_0_x86_64.whl",
+                 "torch-2.6.0+intelmac-cp311-cp311-macosx_13_0_x86_64.whl",
+                 "torch-2.6.0+intelmac-cp312-cp312-macosx_13_0_x86_64.whl"):
+        (tmp_path / name).write_bytes(b"")
+    assert test_wheel.select_wheel(tmp_path, "cp311").name.startswith("torch-2.6.0+intelmac-cp311-")
+    with pytest.raises(test_wheel.WheelSelectionError, match="cp39"):
+        test_wheel.select_wheel(tmp_path, "cp39")
+    (tmp_path / "torch-2.9.1+intelmac-cp311-cp311-macosx_13_0_x86_64.whl").write_bytes(b"")
+    with pytest.raises(test_wheel.WheelSelectionError, match="exactly one"):
+        test_wheel.select_wheel(tmp_path, "cp311")
+
+
+def hermetic_pip_env() -> dict[str, str]:
+    """No machine-wide pip configuration (constraints, extra indexes): only the test's wheel."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("PIP_", "PYTORCH_MPS"))}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    return env
+
+
+@pytest.mark.slow
+def test_end_to_end_install_into_a_fresh_venv(tmp_path: Path) -> None:
+    build_fake_wheel(tmp_path / "dist")
+    result = subprocess.run(
+        [sys.executable, str(TEST_WHEEL), "--wheel-dir", str(tmp_path / "dist"), "--only", "api",
+         "--expect-version", "2.15.0+intelmac", "--expect-no-gpu", "--pip-arg=--no-index"],
+        capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,
+        env=hermetic_pip_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "checks passed" in result.stdout
+    assert str(tmp_path / "site") not in result.stdout  # the venv's torch, not a stray one
+
+
+@pytest.mark.slow
+def test_end_to_end_fails_for_a_wheel_that_breaks_the_contract(tmp_path: Path) -> None:
+    build_fake_wheel(tmp_path / "dist", default=True)
+    result = subprocess.run(
+        [sys.executable, str(TEST_WHEEL), "--wheel-dir", str(tmp_path / "dist"), "--only", "api",
+         "--expect-no-gpu", "--pip-arg=--no-index"],
+        capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,
+        env=hermetic_pip_env())
+    assert result.returncode == 1
+    assert "FAIL allow-intel-gpu-default-off" in result.stdout and "checks FAILED" in result.stdout
