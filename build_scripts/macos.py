@@ -128,6 +128,7 @@ def rewrite_cmake_cache(text: str, old: PythonPaths, new: PythonPaths) -> tuple[
     new_minor = new.version.split(".")[1]
     spellings = {
         old.full_version: new.full_version,
+        old.full_version.replace(".", ";"): new.full_version.replace(".", ";"),
         f"python{old.version}": f"python{new.version}",
         f"cpython-{old_nodot}": f"cpython-{new_nodot}",
         f"cp{old_nodot}": f"cp{new_nodot}",

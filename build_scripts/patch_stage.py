@@ -54,7 +54,7 @@ def patch(options: Options, log: Log) -> Path:
         )
     wanted = _wanted_marker(options, record)
     current = read_marker(layout.patched_tree)
-    if current == wanted:
+    if current is not None and all(current.get(key) == value for key, value in wanted.items()):
         if not series or patching.is_applied(layout.patched_tree, series):
             log.info(f"Already patched (series {fingerprint[:12]}): {layout.patched_tree}")
             return layout.patched_tree

@@ -37,7 +37,10 @@ def repaired_dir(options: Options, python: PythonTarget) -> Path:
 def delocate_argv(wheel: Path, out_dir: Path) -> tuple[str, ...]:
     beside = Path(sys.executable).parent / "delocate-wheel"
     tool = str(beside) if beside.exists() else "delocate-wheel"
-    return (tool, "--require-archs", "x86_64", "-w", str(out_dir), "-v", str(wheel))
+    # --sanitize-rpaths (delocate's default since 0.11, spelled out): drop LC_RPATHs that
+    # point outside the wheel. Upstream's own 2.6/2.9 wheels still carry one to the build
+    # machine's conda env in torch/_C*.so; verify refuses such a wheel.
+    return (tool, "--require-archs", "x86_64", "--sanitize-rpaths", "-w", str(out_dir), "-v", str(wheel))
 
 
 def _delocate_version() -> str | None:
@@ -94,7 +97,10 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
             if len(produced) != 1:
                 raise BuildError(f"delocate-wheel left {len(produced)} wheels in {scratch}, expected 1")
             wheel = produced[0]
-            note = "delocate-wheel --require-archs x86_64: non-system libraries (libomp) bundled"
+            note = (
+                "delocate-wheel --require-archs x86_64 --sanitize-rpaths: non-system libraries "
+                "(libomp) bundled, rpaths outside the wheel removed"
+            )
         else:
             wheel = raw
             note = (

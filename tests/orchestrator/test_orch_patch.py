@@ -1,0 +1,105 @@
+"""The patch stage: fresh copy, check before apply, conflicts named, trees left clean."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from conftest import Project
+from orch_fixture import MPS_BEFORE, POLICY_PATH, write_conflicting_patch
+
+
+def _snapshot(tree: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(tree)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(tree.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_patch_applies_to_a_copy_and_records_the_fingerprint(project: Project) -> None:
+    assert project.cli("fetch").code == 0
+    pristine = project.work / project.version / "source"
+    before = _snapshot(pristine)
+    result = project.cli("patch")
+    assert result.code == 0, result.text
+    patched = project.work / project.version / "patched"
+    assert (patched / POLICY_PATH).is_file()
+    assert "allow_intel_gpu" in (patched / "torch/backends/mps/__init__.py").read_text()
+    assert _snapshot(pristine) == before  # the pristine tree is never touched
+    marker = json.loads((patched / ".intelmac-series.json").read_text())
+    assert marker["patches"] == [p.name for p in project.patches]
+    assert len(marker["series_fingerprint"]) == 64
+
+    again = project.cli("patch")
+    assert again.code == 0
+    assert "Already patched" in again.err
+
+
+def test_conflict_names_patch_file_and_hunk_and_leaves_no_tree(project: Project) -> None:
+    stale = write_conflicting_patch(project.catalog.parent / "stale")
+    project.rewrite_catalog(patches=[stale])
+    assert project.cli("fetch").code == 0
+    pristine = project.work / project.version / "source"
+    before = _snapshot(pristine)
+    result = project.cli("patch")
+    assert result.code == 1
+    assert "Patch 0001-mps-fixture-stale.patch does not apply" in result.err
+    assert "file torch/backends/mps/__init__.py" in result.err
+    assert "hunk #1 of 1" in result.err
+    version_dir = project.work / project.version
+    assert not (version_dir / "patched").exists()
+    assert sorted(p.name for p in version_dir.iterdir() if p.name.startswith(".")) == []
+    assert _snapshot(pristine) == before
+
+
+def test_conflict_keeps_the_previous_patched_tree(project: Project) -> None:
+    assert project.cli("fetch").code == 0
+    assert project.cli("patch").code == 0
+    patched = project.work / project.version / "patched"
+    before = _snapshot(patched)
+    stale = write_conflicting_patch(project.catalog.parent / "stale")
+    project.rewrite_catalog(patches=[*project.patches, stale])
+    assert project.cli("patch").code == 1
+    assert _snapshot(patched) == before
+
+
+def test_already_patched_source_is_detected(project: Project) -> None:
+    assert project.cli("fetch").code == 0
+    assert project.cli("patch").code == 0
+    # Someone hands us a tree that already carries the series.
+    carried = project.root / "already-patched"
+    shutil.copytree(project.work / project.version / "patched", carried)
+    (carried / ".intelmac-series.json").unlink()
+    result = project.cli("all", "--builder", "setuptools", "--source", str(carried))
+    assert result.code == 0, result.text
+    assert "already carries the whole series" in result.err
+    mps = (project.work / project.version / "patched" / "torch/backends/mps/__init__.py").read_text()
+    assert mps.count("allow_intel_gpu =") == 1  # not applied twice
+
+
+def test_new_series_keeps_the_build_folder(project: Project) -> None:
+    assert project.cli("fetch").code == 0
+    project.rewrite_catalog(patches=project.patches[:1])
+    assert project.cli("patch").code == 0
+    build = project.work / project.version / "patched" / "build"
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text("kept\n")
+    project.rewrite_catalog(patches=project.patches)
+    result = project.cli("patch")
+    assert result.code == 0, result.text
+    assert (build / "CMakeCache.txt").read_text() == "kept\n"
+    assert (project.work / project.version / "patched" / POLICY_PATH).is_file()
+
+
+def test_patch_before_fetch_says_what_to_run(project: Project) -> None:
+    result = project.cli("patch")
+    assert result.code == 1
+    assert "python -m build_scripts fetch" in result.err
+
+
+def test_fixture_base_is_what_the_stale_patch_does_not_match() -> None:
+    # Guards the conflict tests: the stale patch's context must really differ from upstream.
+    assert "# exclude Intel GPUs" in MPS_BEFORE
