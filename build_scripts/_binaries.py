@@ -108,14 +108,16 @@ def read_macho(path: Path) -> list[MachOSlice]:
         if magic not in (FAT_MAGIC, FAT_MAGIC_64):
             raise NotMachO(f"{path.name} is not a Mach-O file")
         entry = ">iiQQII" if magic == FAT_MAGIC_64 else ">iiIII"
-        offsets = [struct.unpack(entry, handle.read(struct.calcsize(entry)))[2] for _ in range(count)]
+        offsets = [
+            struct.unpack(entry, handle.read(struct.calcsize(entry)))[2] for _ in range(count)
+        ]
         return [_read_slice(handle, offset) for offset in offsets]
 
 
 def _allowed_macho_path(name: str) -> bool:
     # @loader_path/@executable_path/@rpath are relative to the installed wheel; /usr/lib and
     # /System are the OS's own libraries, present on every Mac.
-    return name.startswith("@") or name.startswith(("/usr/lib/", "/System/"))
+    return name.startswith(("@", "/usr/lib/", "/System/"))
 
 
 def macho_problems(slices: list[MachOSlice], require_arch: str | None) -> list[str]:

@@ -55,7 +55,9 @@ def read_json(path: Path) -> Any:
 
 def copy_file_atomic(source: Path, destination: Path) -> None:
     destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
+    fd, temp = tempfile.mkstemp(
+        prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent
+    )
     os.close(fd)
     try:
         shutil.copyfile(source, temp)

@@ -74,7 +74,7 @@ class Log:
     def command(self, argv: Sequence[str | os.PathLike[str]]) -> None:
         self.console.print(f"+ {format_command(argv)}", style="dim", markup=False)
 
-    def warn(self, message: str) -> None:
+    def warning(self, message: str) -> None:
         self.console.print(f"warning: {message}", style="yellow", markup=False)
 
     def loud(self, title: str, message: str) -> None:
@@ -109,9 +109,10 @@ class Log:
         tail: deque[str] = deque(maxlen=40)
         started = time.monotonic()
         progress = ""
-        with log_file.open("a", encoding="utf-8") as log, self.console.status(
-            f"{label} · starting"
-        ) as status:
+        with (
+            log_file.open("a", encoding="utf-8") as log,
+            self.console.status(f"{label} · starting") as status,
+        ):
             log.write(f"\n$ {format_command(argv)}\n")
             log.flush()
             process = subprocess.Popen(

@@ -16,11 +16,13 @@ beside it records the source, the series and the toolchain for the repair stage.
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 from pathlib import Path
 from typing import Any
 
-from . import _fsutil, buildinfo, host as host_mod, macos
+from . import _fsutil, buildinfo, macos
+from . import host as host_mod
 from ._locks import held
 from ._log import Log
 from ._plan import Section, Step, environment, render
@@ -48,7 +50,9 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
     marker = read_marker(layout.patched_tree) or {}
     source = SourceRecord.load(layout.source_record)
     interpreter = (
-        str(macos.venv_python(options, python)) if options.builder == "pytorch-macos" else python.executable
+        str(macos.venv_python(options, python))
+        if options.builder == "pytorch-macos"
+        else python.executable
     )
     record: dict[str, Any] = {
         "wheel": str(wheels[0]),
@@ -86,7 +90,14 @@ def _generic_steps(options: Options, index: int) -> list[Step]:
         python.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
         "-v", "--wheel-dir", str(macos.raw_dir(options, python)), ".",
     )  # fmt: skip
-    steps.append(Step(f"wheel for {python.tag} (generic setuptools build)", argv, cwd=tree, log_name=f"build-{python.tag}.log"))
+    steps.append(
+        Step(
+            f"wheel for {python.tag} (generic setuptools build)",
+            argv,
+            cwd=tree,
+            log_name=f"build-{python.tag}.log",
+        )
+    )
     return steps
 
 
@@ -94,7 +105,12 @@ def plan(options: Options, host: Host) -> Section:
     layout = options.layout
     steps: list[Step] = []
     for index, python in enumerate(options.pythons):
-        steps.append(Step(f"empty {macos.raw_dir(options, python)}", action=lambda p=python: _empty_raw(options, p)))
+        steps.append(
+            Step(
+                f"empty {macos.raw_dir(options, python)}",
+                action=functools.partial(_empty_raw, options, python),
+            )
+        )
         if options.builder == "pytorch-macos":
             steps += macos.python_steps(options, index)
         else:
@@ -102,19 +118,23 @@ def plan(options: Options, host: Host) -> Section:
         steps.append(
             Step(
                 f"record the {python.tag} wheel, source, series and toolchain in {layout.dist(python) / BUILT}",
-                action=lambda p=python: _record(options, host, p),
+                action=functools.partial(_record, options, host, python),
             )
         )
     if options.builder == "pytorch-macos":
         notes = macos.notes(options, host)
         if not host.is_macos:
-            notes.append(f"this host is {host.system}: a real run stops before this stage with exit code 2")
+            notes.append(
+                f"this host is {host.system}: a real run stops before this stage with exit code 2"
+            )
         env = macos.build_env(options, host)
     else:
         notes = ["generic setuptools builder: for small setup.py trees that are not PyTorch"]
         env = {"PYTORCH_BUILD_VERSION": options.wheel_version, "PYTORCH_BUILD_NUMBER": "0"}
     notes.append(f"full logs: {layout.logs}/build-<python tag>.log")
-    return Section(f"build: {options.wheel_version} in {layout.patched_tree}", tuple(notes), env, tuple(steps))
+    return Section(
+        f"build: {options.wheel_version} in {layout.patched_tree}", tuple(notes), env, tuple(steps)
+    )
 
 
 def unsupported_host_message(options: Options, host: Host) -> str:
@@ -167,7 +187,9 @@ def build(options: Options, log: Log, host: Host | None = None) -> None:
     for note in section.notes:
         log.info(note)
     if options.builder == "pytorch-macos" and macos.is_cross_build(host):
-        log.loud("CROSS BUILD", "Building x86_64 from an arm64 Mac: best effort, not the release path.")
+        log.loud(
+            "CROSS BUILD", "Building x86_64 from an arm64 Mac: best effort, not the release path."
+        )
     env = environment(section.env)
     for step in section.steps:
         if step.argv:
@@ -200,7 +222,9 @@ def _main(args: argparse.Namespace) -> int:
         print(render([plan(options, host)]))
         return 0
     log = Log.create()
-    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+    with held(
+        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
+    ):
         build(options, log, host)
     return 0
 

@@ -46,15 +46,21 @@ def _first_line(argv: list[str]) -> str | None:
     return text.splitlines()[0] if result.returncode == 0 and text else None
 
 
-def toolchain(python: str, *, macos: bool, libomp: Path | None, launcher: str | None) -> dict[str, str | None]:
+def toolchain(
+    python: str, *, macos: bool, libomp: Path | None, launcher: str | None
+) -> dict[str, str | None]:
     """Versions of the tools that shaped the binary; None for a tool that is absent."""
     bin_dir = Path(python).parent
     tools: dict[str, str | None] = {
         "python": _first_line([python, "--version"]),
         "cc": _first_line(["cc", "--version"]),
-        "cmake": _first_line([str(bin_dir / "cmake"), "--version"]) or _first_line(["cmake", "--version"]),
-        "ninja": _first_line([str(bin_dir / "ninja"), "--version"]) or _first_line(["ninja", "--version"]),
-        "setuptools": _first_line([python, "-c", "import setuptools; print(setuptools.__version__)"]),
+        "cmake": _first_line([str(bin_dir / "cmake"), "--version"])
+        or _first_line(["cmake", "--version"]),
+        "ninja": _first_line([str(bin_dir / "ninja"), "--version"])
+        or _first_line(["ninja", "--version"]),
+        "setuptools": _first_line(
+            [python, "-c", "import setuptools; print(setuptools.__version__)"]
+        ),
         "compiler_launcher": _first_line([launcher, "--version"]) if launcher else None,
     }
     if macos:
@@ -78,7 +84,9 @@ def _record_hash(data: bytes) -> str:
 def dist_info_dir(names: list[str]) -> str:
     tops = {name.split("/", 1)[0] for name in names if re.match(r"^[^/]+\.dist-info/", name)}
     if len(tops) != 1:
-        raise BuildError(f"expected one .dist-info folder in the wheel, found {sorted(tops) or 'none'}")
+        raise BuildError(
+            f"expected one .dist-info folder in the wheel, found {sorted(tops) or 'none'}"
+        )
     return tops.pop()
 
 

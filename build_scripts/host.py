@@ -59,10 +59,12 @@ def _memory_bytes(system: str) -> int:
 
 def _machine() -> str:
     machine = platform.machine()
-    if platform.system() == "Darwin" and machine == "x86_64":
-        # A Python running under Rosetta reports x86_64 on an Apple-silicon Mac.
-        if _output("sysctl", "-n", "sysctl.proc_translated") == "1":
-            return "arm64"
+    # A Python running under Rosetta reports x86_64 on an Apple-silicon Mac.
+    translated = (
+        _output("sysctl", "-n", "sysctl.proc_translated") if platform.system() == "Darwin" else None
+    )
+    if machine == "x86_64" and translated == "1":
+        return "arm64"
     return "arm64" if machine == "aarch64" else machine
 
 

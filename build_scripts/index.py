@@ -39,7 +39,11 @@ def indexed_wheels(wheels_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     found = []
     for wheel in sorted(wheels_dir.glob("*.whl")):
         meta = _fsutil.read_json(build_json(wheel))
-        if isinstance(meta, dict) and meta.get("verified") is True and meta.get("size") == wheel.stat().st_size:
+        if (
+            isinstance(meta, dict)
+            and meta.get("verified") is True
+            and meta.get("size") == wheel.stat().st_size
+        ):
             found.append((wheel, meta))
     return found
 
@@ -47,7 +51,7 @@ def indexed_wheels(wheels_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
 def _page(title: str, links: list[str]) -> str:
     body = "\n".join(f"    {link}<br/>" for link in links)
     return (
-        "<!DOCTYPE html>\n<html>\n  <head>\n    <meta name=\"pypi:repository-version\" content=\"1.0\">\n"
+        '<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
         f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
         f"{body}\n  </body>\n</html>\n"
     )
@@ -65,7 +69,9 @@ def write_index(wheels_dir: Path) -> dict[str, list[str]]:
             f'<a href="../../{quote(filename)}#sha256={sha}">{html.escape(filename)}</a>'
             for filename, sha in sorted(files)
         ]
-        _fsutil.write_text_atomic(simple / project / "index.html", _page(f"Links for {project}", links))
+        _fsutil.write_text_atomic(
+            simple / project / "index.html", _page(f"Links for {project}", links)
+        )
     root_links = [f'<a href="{project}/">{project}</a>' for project in sorted(projects)]
     _fsutil.write_text_atomic(simple / "index.html", _page("Simple index", root_links))
     # A project whose last wheel went away keeps no page that pip could still find.
@@ -155,8 +161,12 @@ def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None
 def plan(options: Options) -> Section:
     simple = options.wheels_dir / "simple"
     steps = [
-        Step(f"copy verified wheels into {options.wheels_dir} with <wheel>{BUILD_JSON} beside each"),
-        Step(f"rewrite {simple}/index.html and {simple}/torch/index.html (PEP 503, #sha256= fragments)"),
+        Step(
+            f"copy verified wheels into {options.wheels_dir} with <wheel>{BUILD_JSON} beside each"
+        ),
+        Step(
+            f"rewrite {simple}/index.html and {simple}/torch/index.html (PEP 503, #sha256= fragments)"
+        ),
     ]
     return Section("index", (), {}, tuple(steps))
 
@@ -167,13 +177,16 @@ def _main(args: argparse.Namespace) -> int:
         print(render([plan(options)]))
         return 0
     log = Log.create()
-    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+    with held(
+        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
+    ):
         index(options, log)
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("index", help="add verified wheels to wheels/ and rewrite its simple index")
+    parser = subparsers.add_parser(
+        "index", help="add verified wheels to wheels/ and rewrite its simple index"
+    )
     add_common_arguments(parser)
     parser.set_defaults(func=_main)
-

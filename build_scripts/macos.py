@@ -82,7 +82,18 @@ def wheel_command(options: Options, python: PythonTarget) -> tuple[str, ...]:
     interpreter = str(venv_python(options, python))
     out = str(raw_dir(options, python))
     if Version(options.line.version) >= PIP_WHEEL_FROM:
-        return (interpreter, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v", "--wheel-dir", out, ".")
+        return (
+            interpreter,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-v",
+            "--wheel-dir",
+            out,
+            ".",
+        )
     return (interpreter, "setup.py", "bdist_wheel", "--dist-dir", out)
 
 
@@ -105,9 +116,16 @@ class PythonPaths:
             "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'full': '%d.%d.%d' % sys.version_info[:3],\n"
             "                  'executable': sys.executable, 'paths': p}))\n"
         )
-        result = subprocess.run([str(interpreter), "-c", code], capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            [str(interpreter), "-c", code], capture_output=True, text=True, check=True
+        )
         data = json.loads(result.stdout)
-        return cls(data["version"], data["full"], data["executable"], {k: v for k, v in data["paths"].items() if v})
+        return cls(
+            data["version"],
+            data["full"],
+            data["executable"],
+            {k: v for k, v in data["paths"].items() if v},
+        )
 
 
 def rewrite_cmake_cache(text: str, old: PythonPaths, new: PythonPaths) -> tuple[str, int]:
@@ -122,7 +140,11 @@ def rewrite_cmake_cache(text: str, old: PythonPaths, new: PythonPaths) -> tuple[
         if key in new.paths and value != new.paths[key]:
             mapping[value] = new.paths[key]
     mapping = {k: v for k, v in mapping.items() if k and k != v}
-    paths = re.compile("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True))) if mapping else None
+    paths = (
+        re.compile("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)))
+        if mapping
+        else None
+    )
     old_nodot, new_nodot = old.version.replace(".", ""), new.version.replace(".", "")
     major, old_minor = old.version.split(".")
     new_minor = new.version.split(".")[1]
@@ -134,7 +156,10 @@ def rewrite_cmake_cache(text: str, old: PythonPaths, new: PythonPaths) -> tuple[
         f"cp{old_nodot}": f"cp{new_nodot}",
         f"{major};{old_minor}": f"{major};{new_minor}",
     }
-    versions = re.compile("|".join(re.escape(k) for k in spellings) + rf"|(?<![\d.]){re.escape(old.version)}(?=$|[;/ -])")
+    versions = re.compile(
+        "|".join(re.escape(k) for k in spellings)
+        + rf"|(?<![\d.]){re.escape(old.version)}(?=$|[;/ -])"
+    )
     changed = 0
     out: list[str] = []
     for line in text.splitlines(keepends=True):
@@ -190,10 +215,22 @@ def python_steps(options: Options, index: int) -> list[Step]:
     venv = options.layout.venvs / python.tag
     log_name = f"build-{python.tag}.log"
     steps = [
-        Step(f"build venv for Python {python.version}", (python.executable, "-m", "venv", str(venv)), log_name=log_name),
+        Step(
+            f"build venv for Python {python.version}",
+            (python.executable, "-m", "venv", str(venv)),
+            log_name=log_name,
+        ),
         Step(
             f"upstream's build requirements into the {python.tag} venv",
-            (str(venv_python(options, python)), "-m", "pip", "install", "-r", str(tree / "requirements.txt"), "wheel"),
+            (
+                str(venv_python(options, python)),
+                "-m",
+                "pip",
+                "install",
+                "-r",
+                str(tree / "requirements.txt"),
+                "wheel",
+            ),
             log_name=log_name,
         ),
     ]
@@ -206,9 +243,18 @@ def python_steps(options: Options, index: int) -> list[Step]:
                 action=lambda: _retarget_cache(options, previous, python),
             )
         )
-    what = "compiles everything" if index == 0 else f"reuses the build tree of {options.pythons[0].tag}"
+    what = (
+        "compiles everything"
+        if index == 0
+        else f"reuses the build tree of {options.pythons[0].tag}"
+    )
     steps.append(
-        Step(f"wheel for {python.tag} ({what})", wheel_command(options, python), cwd=tree, log_name=log_name)
+        Step(
+            f"wheel for {python.tag} ({what})",
+            wheel_command(options, python),
+            cwd=tree,
+            log_name=log_name,
+        )
     )
     return steps
 
@@ -223,7 +269,9 @@ def notes(options: Options, host: Host) -> list[str]:
     else:
         out.append("native x86_64 build")
     if host.libomp_prefix is None:
-        out.append("libomp NOT FOUND: install it with `brew install libomp` (x86_64 Homebrew in /usr/local)")
+        out.append(
+            "libomp NOT FOUND: install it with `brew install libomp` (x86_64 Homebrew in /usr/local)"
+        )
     if not (host.ccache or host.sccache):
         out.append("no ccache or sccache found: rebuilds start from scratch")
     return out
@@ -245,4 +293,6 @@ def preflight(options: Options, host: Host) -> None:
                 "or pass its path with --python."
             )
     if not (options.layout.patched_tree / "setup.py").is_file():
-        raise BuildError(f"{options.layout.patched_tree} has no setup.py: run the patch stage first.")
+        raise BuildError(
+            f"{options.layout.patched_tree} has no setup.py: run the patch stage first."
+        )

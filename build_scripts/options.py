@@ -124,8 +124,12 @@ class Options:
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("target")
-    group.add_argument("--version", help="release line from the catalog (default: its default_version)")
-    group.add_argument("--catalog", type=Path, help="release catalog YAML (default: patches/catalog.yaml)")
+    group.add_argument(
+        "--version", help="release line from the catalog (default: its default_version)"
+    )
+    group.add_argument(
+        "--catalog", type=Path, help="release catalog YAML (default: patches/catalog.yaml)"
+    )
     group.add_argument(
         "--python",
         action="append",
@@ -154,7 +158,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fetch a line the catalog has no sha256 pin for, and record the hash seen",
     )
-    group.add_argument("--retries", type=int, default=FetchSettings.retries, help="download retries")
+    group.add_argument(
+        "--retries", type=int, default=FetchSettings.retries, help="download retries"
+    )
     group.add_argument(
         "--timeout", type=float, default=FetchSettings.timeout, help="download read timeout (s)"
     )

@@ -58,7 +58,7 @@ def patch(options: Options, log: Log) -> Path:
         if not series or patching.is_applied(layout.patched_tree, series):
             log.info(f"Already patched (series {fingerprint[:12]}): {layout.patched_tree}")
             return layout.patched_tree
-        log.warn(f"{layout.patched_tree} no longer carries the series; patching a fresh copy")
+        log.warning(f"{layout.patched_tree} no longer carries the series; patching a fresh copy")
 
     already = bool(series) and patching.is_applied(layout.source_tree, series)
     if already:
@@ -78,7 +78,11 @@ def patch(options: Options, log: Log) -> Path:
         if not already:
             patching.apply_series(staging, series)
         old_build = layout.patched_tree / "build"
-        if current is not None and current.get("source_tree_id") == record.tree_id and old_build.is_dir():
+        if (
+            current is not None
+            and current.get("source_tree_id") == record.tree_id
+            and old_build.is_dir()
+        ):
             # Same upstream source, new series: keep the CMake/ninja tree, so only what the
             # new patches touch recompiles.
             os.rename(old_build, staging / "build")
@@ -110,7 +114,9 @@ def _main(args: argparse.Namespace) -> int:
         print(render([plan(options)]))
         return 0
     log = Log.create()
-    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+    with held(
+        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
+    ):
         patch(options, log)
     return 0
 

@@ -42,10 +42,14 @@ def run_all(options: Options, log: Log) -> int:
     done = index_stage.up_to_date(options, pin)
     if done is not None:
         names = ", ".join(wheel.name for wheel in done)
-        log.info(f"Up to date: {names} already verified in {options.wheels_dir / 'simple'}; nothing to do.")
+        log.info(
+            f"Up to date: {names} already verified in {options.wheels_dir / 'simple'}; nothing to do."
+        )
         return 0
     host = host_mod.probe()
-    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+    with held(
+        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
+    ):
         source.fetch(options, log)
         patch_stage.patch(options, log)
         build_stage.build(options, log, host)

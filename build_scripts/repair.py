@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import _fsutil, buildinfo, host as host_mod
+from . import _fsutil, buildinfo
+from . import host as host_mod
 from ._locks import held
 from ._log import Log
 from ._plan import Section, Step, render
@@ -40,7 +41,16 @@ def delocate_argv(wheel: Path, out_dir: Path) -> tuple[str, ...]:
     # --sanitize-rpaths (delocate's default since 0.11, spelled out): drop LC_RPATHs that
     # point outside the wheel. Upstream's own 2.6/2.9 wheels still carry one to the build
     # machine's conda env in torch/_C*.so; verify refuses such a wheel.
-    return (tool, "--require-archs", "x86_64", "--sanitize-rpaths", "-w", str(out_dir), "-v", str(wheel))
+    return (
+        tool,
+        "--require-archs",
+        "x86_64",
+        "--sanitize-rpaths",
+        "-w",
+        str(out_dir),
+        "-v",
+        str(wheel),
+    )
 
 
 def _delocate_version() -> str | None:
@@ -95,7 +105,9 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
             )
             produced = sorted(Path(scratch).glob("*.whl"))
             if len(produced) != 1:
-                raise BuildError(f"delocate-wheel left {len(produced)} wheels in {scratch}, expected 1")
+                raise BuildError(
+                    f"delocate-wheel left {len(produced)} wheels in {scratch}, expected 1"
+                )
             wheel = produced[0]
             note = (
                 "delocate-wheel --require-archs x86_64 --sanitize-rpaths: non-system libraries "
@@ -138,13 +150,24 @@ def repair(options: Options, log: Log, host: Host | None = None) -> list[Path]:
 def plan(options: Options) -> Section:
     steps: list[Step] = []
     for python in options.pythons:
-        raw = options.layout.dist(python) / "raw" / f"{DIST_NAME}-{options.wheel_version}-{python.tag}-*.whl"
+        raw = (
+            options.layout.dist(python)
+            / "raw"
+            / f"{DIST_NAME}-{options.wheel_version}-{python.tag}-*.whl"
+        )
         out = repaired_dir(options, python)
         if options.builder == "pytorch-macos":
-            steps.append(Step(f"bundle libomp into the {python.tag} wheel, require x86_64", delocate_argv(raw, out)))
+            steps.append(
+                Step(
+                    f"bundle libomp into the {python.tag} wheel, require x86_64",
+                    delocate_argv(raw, out),
+                )
+            )
         else:
             steps.append(Step(f"{python.tag}: delocate skipped (generic setuptools wheel)"))
-        steps.append(Step(f"add {buildinfo.FILENAME} to the wheel's .dist-info and RECORD -> {out}"))
+        steps.append(
+            Step(f"add {buildinfo.FILENAME} to the wheel's .dist-info and RECORD -> {out}")
+        )
     return Section("repair", (), {}, tuple(steps))
 
 
@@ -154,12 +177,16 @@ def _main(args: argparse.Namespace) -> int:
         print(render([plan(options)]))
         return 0
     log = Log.create()
-    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+    with held(
+        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
+    ):
         repair(options, log)
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("repair", help="bundle libomp (delocate) and add build information")
+    parser = subparsers.add_parser(
+        "repair", help="bundle libomp (delocate) and add build information"
+    )
     add_common_arguments(parser)
     parser.set_defaults(func=_main)

@@ -49,7 +49,12 @@ UPSTREAM_GIT = "https://github.com/pytorch/pytorch.git"
 # upload, and the issue asks for it. The final message says "not there" plainly.
 _RETRY_STATUS = {404, 408, 429, 500, 502, 503, 504}
 # Mid-body failures come from urllib3 (read timeouts, resets, short reads), not requests.
-_NETWORK_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+_NETWORK_ERRORS = (
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+    ConnectionError,
+    TimeoutError,
+)
 
 SourceKind = Literal["url", "git", "tarball", "directory"]
 
@@ -90,7 +95,9 @@ class SourceRecord:
         if not isinstance(data, dict):
             return None
         try:
-            return cls(**{key: data[key] for key in ("kind", "location", "sha256", "commit", "tree_id")})
+            return cls(
+                **{key: data[key] for key in ("kind", "location", "sha256", "commit", "tree_id")}
+            )
         except (KeyError, TypeError):
             return None
 
@@ -195,7 +202,9 @@ def resolve_source(options: Options) -> ResolvedSource:
     if path.is_dir():
         return ResolvedSource("directory", str(path), None, "local directory (not checksum-pinned)")
     if path.is_file():
-        origin = "--sha256" if options.sha256 else "none: a local tarball is checked only with --sha256"
+        origin = (
+            "--sha256" if options.sha256 else "none: a local tarball is checked only with --sha256"
+        )
         return ResolvedSource("tarball", str(path), options.sha256, origin)
     raise BuildError(
         f"--source {spec}: not a URL, 'git', 'git+<repo>', or an existing tarball or directory."
@@ -203,7 +212,9 @@ def resolve_source(options: Options) -> ResolvedSource:
 
 
 def tarball_cache_path(options: Options, url: str) -> Path:
-    name = PurePosixPath(unquote(urlparse(url).path)).name or f"pytorch-v{options.line.version}.tar.gz"
+    name = (
+        PurePosixPath(unquote(urlparse(url).path)).name or f"pytorch-v{options.line.version}.tar.gz"
+    )
     return options.cache_dir / "downloads" / name
 
 
@@ -222,7 +233,9 @@ def _part_paths(destination: Path) -> tuple[Path, Path]:
     )
 
 
-def _attempt(session: requests.Session, url: str, destination: Path, settings: FetchSettings, log: Log) -> None:
+def _attempt(
+    session: requests.Session, url: str, destination: Path, settings: FetchSettings, log: Log
+) -> None:
     """One GET, resuming the ``.part`` file when its state says it came from ``url``."""
     part, state_file = _part_paths(destination)
     state = _fsutil.read_json(state_file) or {}
@@ -236,7 +249,10 @@ def _attempt(session: requests.Session, url: str, destination: Path, settings: F
             headers["If-Range"] = validator
     try:
         response = session.get(
-            url, headers=headers, stream=True, timeout=(min(settings.timeout, 30.0), settings.timeout)
+            url,
+            headers=headers,
+            stream=True,
+            timeout=(min(settings.timeout, 30.0), settings.timeout),
         )
     except (requests.ConnectionError, requests.Timeout) as exc:
         raise _Retryable(f"cannot reach {url}: {exc.__class__.__name__}") from None
@@ -272,9 +288,10 @@ def _attempt(session: requests.Session, url: str, destination: Path, settings: F
             log.info(f"Resuming {destination.name} at {offset / 2**20:.1f} MiB")
         written = offset
         try:
-            with part.open("ab" if offset else "wb") as handle, log.download_bar(
-                destination.name, total, offset
-            ) as bar:
+            with (
+                part.open("ab" if offset else "wb") as handle,
+                log.download_bar(destination.name, total, offset) as bar,
+            ):
                 task = bar.task_ids[0]
                 # raw.stream: the bytes as sent; a server that labels a .tar.gz with
                 # Content-Encoding: gzip must not get it decompressed on the way to disk.
@@ -316,7 +333,7 @@ def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> 
                         f"Download failed after {attempt} attempts: {problem}\n{hint}"
                     ) from None
                 delay = min(settings.backoff * 2 ** (attempt - 1), 60.0)
-                log.warn(f"{problem}; retry {attempt}/{settings.retries} in {delay:.0f} s")
+                log.warning(f"{problem}; retry {attempt}/{settings.retries} in {delay:.0f} s")
                 time.sleep(delay)
 
 
@@ -325,10 +342,16 @@ def _cached_sha256(path: Path) -> str:
     note = path.with_name(path.name + ".sha256.json")
     stat = path.stat()
     known = _fsutil.read_json(note)
-    if isinstance(known, dict) and known.get("size") == stat.st_size and known.get("mtime_ns") == stat.st_mtime_ns:
+    if (
+        isinstance(known, dict)
+        and known.get("size") == stat.st_size
+        and known.get("mtime_ns") == stat.st_mtime_ns
+    ):
         return str(known["sha256"])
     digest = _fsutil.sha256_file(path)
-    _fsutil.write_json_atomic(note, {"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    _fsutil.write_json_atomic(
+        note, {"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    )
     return digest
 
 
@@ -359,7 +382,9 @@ def fetch_tarball(options: Options, source: ResolvedSource, log: Log) -> tuple[P
         if expected is None or actual == expected:
             log.info(f"Using cached {destination} (sha256 {actual})")
             return destination, actual
-        log.warn(f"cached {destination.name} has sha256 {actual}, not {expected}; downloading again")
+        log.warning(
+            f"cached {destination.name} has sha256 {actual}, not {expected}; downloading again"
+        )
         destination.unlink()
     log.info(f"Downloading {source.location}")
     download(source.location, destination, options.fetch, log)
@@ -373,7 +398,9 @@ def fetch_tarball(options: Options, source: ResolvedSource, log: Log) -> tuple[P
     state_file.unlink(missing_ok=True)
     _cached_sha256(destination)
     if expected is None:
-        lock = record_pin(options.catalog, options.line.version, source.location, actual, options.cache_dir)
+        lock = record_pin(
+            options.catalog, options.line.version, source.location, actual, options.cache_dir
+        )
         log.loud(
             "TRUST ON FIRST USE",
             f"PyTorch {options.line.version}'s tarball was NOT checked against a published "
@@ -498,7 +525,10 @@ def clone(repo: str, version: str, destination: Path, log: Log, log_file: Path) 
     try:
         log.run_logged(git_clone_argv(repo, version, staging), label="git clone", log_file=log_file)
         head = subprocess.run(
-            ["git", "-C", str(staging), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+            ["git", "-C", str(staging), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         _fsutil.swap_dir_into_place(staging, destination)
         return head.stdout.strip()
@@ -510,7 +540,7 @@ def clone(repo: str, version: str, destination: Path, log: Log, log_file: Path) 
 def _check_version_file(tree: Path, version: str, log: Log) -> None:
     version_txt = tree / "version.txt"
     if not version_txt.is_file():
-        log.warn(f"{tree} has no version.txt; is it a PyTorch source tree?")
+        log.warning(f"{tree} has no version.txt; is it a PyTorch source tree?")
         return
     found = version_txt.read_text(encoding="utf-8").strip()
     if not found.startswith(version):
@@ -542,10 +572,17 @@ def fetch(options: Options, log: Log) -> SourceRecord:
         if source.expected_sha256 and sha != source.expected_sha256:
             raise _mismatch(archive, source.expected_sha256, sha, "--sha256", removed=False)
         if not source.expected_sha256:
-            log.warn(f"{archive.name} is not checked against any pin (pass --sha256 to check it)")
+            log.warning(
+                f"{archive.name} is not checked against any pin (pass --sha256 to check it)"
+            )
 
     record = SourceRecord(source.kind, source.location, sha, None, uuid.uuid4().hex)
-    if source.kind in ("url", "tarball") and have_tree and previous is not None and previous.same_origin(record):
+    if (
+        source.kind in ("url", "tarball")
+        and have_tree
+        and previous is not None
+        and previous.same_origin(record)
+    ):
         log.info(f"Source tree up to date: {layout.source_tree}")
         return previous
     if source.kind == "git" and have_tree and previous is not None and previous.same_origin(record):
@@ -555,11 +592,19 @@ def fetch(options: Options, log: Log) -> SourceRecord:
     if source.kind in ("url", "tarball"):
         extract_tarball(archive, layout.source_tree, log)
     elif source.kind == "directory":
-        log.warn(f"{source.location} is a local directory: it is copied as it is, unchecked")
+        log.warning(f"{source.location} is a local directory: it is copied as it is, unchecked")
         copy_directory(Path(source.location), layout.source_tree, log)
     else:
-        commit = clone(source.location, options.line.version, layout.source_tree, log, layout.logs / "fetch.log")
-        log.warn(f"git tag v{options.line.version} is at commit {commit}; tags are not checksum pins")
+        commit = clone(
+            source.location,
+            options.line.version,
+            layout.source_tree,
+            log,
+            layout.logs / "fetch.log",
+        )
+        log.warning(
+            f"git tag v{options.line.version} is at commit {commit}; tags are not checksum pins"
+        )
     record = SourceRecord(record.kind, record.location, sha, commit, record.tree_id)
     _fsutil.write_json_atomic(layout.source_record, record.to_json())
     _check_version_file(layout.source_tree, options.line.version, log)
@@ -577,16 +622,29 @@ def plan(options: Options) -> Section:
         if source.expected_sha256:
             notes.append(f"sha256 {source.expected_sha256}: {source.pin_origin}")
         elif options.trust_on_first_use:
-            notes.append(f"UNPINNED: trust on first use records the hash in {pins_file(options.catalog)}")
+            notes.append(
+                f"UNPINNED: trust on first use records the hash in {pins_file(options.catalog)}"
+            )
         else:
             notes.append("UNPINNED: a real run stops here unless --trust-on-first-use is given")
-        steps.append(Step(f"download {source.location} -> {cache} (HTTP Range resume, {options.fetch.retries} retries)"))
+        steps.append(
+            Step(
+                f"download {source.location} -> {cache} (HTTP Range resume, {options.fetch.retries} retries)"
+            )
+        )
         steps.append(Step(f"check sha256, extract safely -> {layout.source_tree}"))
     elif source.kind == "git":
-        steps.append(Step("shallow clone with submodules", tuple(git_clone_argv(source.location, options.line.version, layout.source_tree))))
+        steps.append(
+            Step(
+                "shallow clone with submodules",
+                tuple(git_clone_argv(source.location, options.line.version, layout.source_tree)),
+            )
+        )
     elif source.kind == "tarball":
         notes.append(f"sha256: {source.pin_origin}")
-        steps.append(Step(f"check sha256, extract safely {source.location} -> {layout.source_tree}"))
+        steps.append(
+            Step(f"check sha256, extract safely {source.location} -> {layout.source_tree}")
+        )
     else:
         steps.append(Step(f"copy {source.location} -> {layout.source_tree}"))
     return Section("fetch", tuple(notes), {}, tuple(steps))
@@ -600,7 +658,9 @@ def _main(args: argparse.Namespace) -> int:
         print(render([plan(options)]))
         return 0
     log = Log.create()
-    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+    with held(
+        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
+    ):
         fetch(options, log)
     return 0
 

@@ -122,8 +122,14 @@ def check_filename(wheel: Path, expect: Expectation) -> list[Finding]:
         return [Finding("filename", False, str(exc))]
     findings = [
         Finding("name", name == canonicalize_name(expect.name), f"{name} (expected {expect.name})"),
-        Finding("version", version == Version(expect.version), f"{version} (expected {expect.version})"),
-        Finding("local label", version.local == expect.local_label, f"+{version.local} (expected +{expect.local_label})"),
+        Finding(
+            "version", version == Version(expect.version), f"{version} (expected {expect.version})"
+        ),
+        Finding(
+            "local label",
+            version.local == expect.local_label,
+            f"+{version.local} (expected +{expect.local_label})",
+        ),
     ]
     for tag in sorted(tags, key=str):
         ok = (
@@ -136,7 +142,9 @@ def check_filename(wheel: Path, expect: Expectation) -> list[Finding]:
     return findings
 
 
-def check_metadata(archive: zipfile.ZipFile, wheel: Path, dist_info: str, expect: Expectation) -> list[Finding]:
+def check_metadata(
+    archive: zipfile.ZipFile, wheel: Path, dist_info: str, expect: Expectation
+) -> list[Finding]:
     findings = []
     try:
         metadata = Parser().parsestr(archive.read(f"{dist_info}/METADATA").decode())
@@ -144,11 +152,21 @@ def check_metadata(archive: zipfile.ZipFile, wheel: Path, dist_info: str, expect
     except KeyError as exc:
         return [Finding("metadata", False, f"missing {exc}")]
     name, version = metadata.get("Name", ""), metadata.get("Version", "")
-    findings.append(Finding("METADATA name", canonicalize_name(name) == canonicalize_name(expect.name), name))
-    findings.append(Finding("METADATA version", Version(version) == Version(expect.version), version))
+    findings.append(
+        Finding("METADATA name", canonicalize_name(name) == canonicalize_name(expect.name), name)
+    )
+    findings.append(
+        Finding("METADATA version", Version(version) == Version(expect.version), version)
+    )
     file_tags = {str(tag) for tag in parse_wheel_filename(wheel.name)[3]}
     declared = set(wheel_meta.get_all("Tag") or [])
-    findings.append(Finding("WHEEL tags", declared == file_tags, f"WHEEL says {sorted(declared)}, filename {sorted(file_tags)}"))
+    findings.append(
+        Finding(
+            "WHEEL tags",
+            declared == file_tags,
+            f"WHEEL says {sorted(declared)}, filename {sorted(file_tags)}",
+        )
+    )
     return findings
 
 
@@ -179,11 +197,15 @@ def check_record(archive: zipfile.ZipFile, dist_info: str) -> list[Finding]:
             problems.append(f"{name}: RECORD says {row[2]} bytes, the file has {size}")
     missing = sorted(set(listed) - set(members))
     problems += [f"{name}: in RECORD but not in the wheel" for name in missing]
-    detail = "; ".join(problems[:10]) + (f" (+{len(problems) - 10} more)" if len(problems) > 10 else "")
+    detail = "; ".join(problems[:10]) + (
+        f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""
+    )
     return [Finding("RECORD hashes", not problems, detail or f"{len(members)} files match")]
 
 
-def check_build_info(archive: zipfile.ZipFile, dist_info: str, expect: Expectation) -> list[Finding]:
+def check_build_info(
+    archive: zipfile.ZipFile, dist_info: str, expect: Expectation
+) -> list[Finding]:
     name = f"{dist_info}/{buildinfo.FILENAME}"
     try:
         info = json.loads(archive.read(name))
@@ -192,9 +214,15 @@ def check_build_info(archive: zipfile.ZipFile, dist_info: str, expect: Expectati
     except ValueError as exc:
         return [Finding("build info", False, f"{name} is not JSON: {exc}")]
     missing = [key for key in buildinfo.REQUIRED_KEYS if key not in info]
-    wrong = [f"{key}={info.get(key)!r} (expected {value!r})" for key, value in expect.build_info.items() if info.get(key) != value]
+    wrong = [
+        f"{key}={info.get(key)!r} (expected {value!r})"
+        for key, value in expect.build_info.items()
+        if info.get(key) != value
+    ]
     ok = not missing and not wrong
-    detail = "; ".join([f"missing {', '.join(missing)}"] * bool(missing) + wrong) or "matches this build"
+    detail = (
+        "; ".join([f"missing {', '.join(missing)}"] * bool(missing) + wrong) or "matches this build"
+    )
     return [Finding("build info", ok, detail)]
 
 
@@ -203,13 +231,19 @@ def wheel_paths(source_path: str) -> list[str]:
     candidates = [source_path]
     if source_path.endswith(_HEADER_SUFFIXES):
         # CMake installs these headers verbatim under torch/include/.
-        for prefix, installed in (("aten/src/", "torch/include/"), ("c10/", "torch/include/c10/"), ("torch/csrc/", "torch/include/torch/csrc/")):
+        for prefix, installed in (
+            ("aten/src/", "torch/include/"),
+            ("c10/", "torch/include/c10/"),
+            ("torch/csrc/", "torch/include/torch/csrc/"),
+        ):
             if source_path.startswith(prefix):
-                candidates.append(installed + source_path[len(prefix):])
+                candidates.append(installed + source_path[len(prefix) :])
     return candidates
 
 
-def check_patched_code(archive: zipfile.ZipFile, tree: Path, patches: tuple[Path, ...]) -> list[Finding]:
+def check_patched_code(
+    archive: zipfile.ZipFile, tree: Path, patches: tuple[Path, ...]
+) -> list[Finding]:
     if not patches:
         return [Finding("patched code", True, "the series is empty: nothing to look for")]
     members = set(archive.namelist())
@@ -229,8 +263,14 @@ def check_patched_code(archive: zipfile.ZipFile, tree: Path, patches: tuple[Path
             else:
                 problems.append(f"{name}: differs from the patched {path}")
     if not matched and not problems:
-        problems.append("no file the series creates or changes lands in the wheel; cannot confirm the patches are in")
-    detail = "; ".join(problems) or f"{len(matched)} patched files present: {', '.join(matched[:6])}" + (" ..." if len(matched) > 6 else "")
+        problems.append(
+            "no file the series creates or changes lands in the wheel; cannot confirm the patches are in"
+        )
+    detail = "; ".join(
+        problems
+    ) or f"{len(matched)} patched files present: {', '.join(matched[:6])}" + (
+        " ..." if len(matched) > 6 else ""
+    )
     return [Finding("patched code", not problems, detail)]
 
 
@@ -254,7 +294,11 @@ def check_binaries(archive: zipfile.ZipFile, require_arch: str | None) -> list[F
             if kind == "macho":
                 try:
                     found = _binaries.macho_problems(_binaries.read_macho(local), require_arch)
-                except (_binaries.NotMachO, struct.error, OSError) as exc:  # corrupt: a failure, not a crash
+                except (
+                    _binaries.NotMachO,
+                    struct.error,
+                    OSError,
+                ) as exc:  # corrupt: a failure, not a crash
                     found = [f"unreadable Mach-O: {exc}"]
             else:
                 elf = _binaries.elf_problems(local)
@@ -265,10 +309,18 @@ def check_binaries(archive: zipfile.ZipFile, require_arch: str | None) -> list[F
     if count == 0:
         return [Finding("library paths", True, "no native binaries in the wheel")]
     note = f" ({elf_unchecked} ELF files unchecked: readelf not found)" if elf_unchecked else ""
-    return [Finding("library paths", not problems, "; ".join(problems[:10]) or f"{count} binaries clean{note}")]
+    return [
+        Finding(
+            "library paths",
+            not problems,
+            "; ".join(problems[:10]) or f"{count} binaries clean{note}",
+        )
+    ]
 
 
-def verify_wheel(wheel: Path, expect: Expectation, tree: Path, patches: tuple[Path, ...]) -> list[Finding]:
+def verify_wheel(
+    wheel: Path, expect: Expectation, tree: Path, patches: tuple[Path, ...]
+) -> list[Finding]:
     findings = check_filename(wheel, expect)
     try:
         with zipfile.ZipFile(wheel) as archive:
@@ -296,7 +348,9 @@ def verify(options: Options, log: Log) -> list[Path]:
         status = layout.dist(python) / VERIFIED
         status.unlink(missing_ok=True)  # a wheel is out of the index until it passes again
         wheel = Path(repaired_record(options, python)["wheel"])
-        findings = verify_wheel(wheel, expectation(options, python, source), layout.patched_tree, options.line.patches)
+        findings = verify_wheel(
+            wheel, expectation(options, python, source), layout.patched_tree, options.line.patches
+        )
         for finding in findings:
             mark = "ok  " if finding.ok else "FAIL"
             log.info(f"  {mark} {finding.check}: {finding.detail}")
@@ -351,12 +405,16 @@ def _main(args: argparse.Namespace) -> int:
         print(render([plan(options)]))
         return 0
     log = Log.create()
-    with held(options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log):
+    with held(
+        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
+    ):
         verify(options, log)
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("verify", help="check the repaired wheels before they may enter the index")
+    parser = subparsers.add_parser(
+        "verify", help="check the repaired wheels before they may enter the index"
+    )
     add_common_arguments(parser)
     parser.set_defaults(func=_main)

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from orch_fixture import (  # noqa: E402
+from orch_fixture import (
     make_tarball,
     sha256,
     upstream_files,
@@ -19,9 +19,9 @@ from orch_fixture import (  # noqa: E402
     write_series,
     write_tree,
 )
-from orch_server import FileServer  # noqa: E402
+from orch_server import FileServer
 
-from build_scripts import cli  # noqa: E402
+from build_scripts import cli
 
 VERSION = "1.0.0"
 

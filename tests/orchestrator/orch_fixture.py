@@ -97,10 +97,15 @@ def _diff(path: str, before: str | None, after: str) -> str:
     if before is None:
         lines.append("new file mode 100644\n")
     body = list(
-        difflib.unified_diff(old, new, "/dev/null" if before is None else f"a/{path}", f"b/{path}", n=3)
+        difflib.unified_diff(
+            old, new, "/dev/null" if before is None else f"a/{path}", f"b/{path}", n=3
+        )
     )
     # difflib writes "@@ -0,0 +1,2 @@" for a new file, as git does; strip its file-date fields.
-    return "".join(lines + [line if not line.startswith(("---", "+++")) else line.rstrip() + "\n" for line in body])
+    return "".join(
+        lines
+        + [line if not line.startswith(("---", "+++")) else line.rstrip() + "\n" for line in body]
+    )
 
 
 def upstream_files(version: str) -> dict[str, str]:
@@ -136,9 +141,13 @@ def write_series(folder: Path) -> list[Path]:
     """The fixture series: 0001 changes the mps module, 0002 adds the policy module."""
     folder.mkdir(parents=True, exist_ok=True)
     first = folder / "0001-mps-fixture-opt-in.patch"
-    first.write_text(_header("fixture opt-in flag and build_info()") + _diff(MPS_PATH, MPS_BEFORE, MPS_AFTER))
+    first.write_text(
+        _header("fixture opt-in flag and build_info()") + _diff(MPS_PATH, MPS_BEFORE, MPS_AFTER)
+    )
     second = folder / "0002-mps-fixture-policy.patch"
-    second.write_text(_header("fixture device policy module") + _diff(POLICY_PATH, None, POLICY_NEW))
+    second.write_text(
+        _header("fixture device policy module") + _diff(POLICY_PATH, None, POLICY_NEW)
+    )
     return [first, second]
 
 
@@ -147,7 +156,9 @@ def write_conflicting_patch(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     wrong_base = MPS_BEFORE.replace("# exclude Intel GPUs", "# exclude AMD GPUs")
     patch = folder / "0001-mps-fixture-stale.patch"
-    patch.write_text(_header("written against another release") + _diff(MPS_PATH, wrong_base, MPS_AFTER))
+    patch.write_text(
+        _header("written against another release") + _diff(MPS_PATH, wrong_base, MPS_AFTER)
+    )
     return patch
 
 

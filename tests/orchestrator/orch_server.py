@@ -21,17 +21,19 @@ class FileServer:
     def __init__(self) -> None:
         self.files: dict[str, Path] = {}
         self.requests: list[tuple[str, str | None]] = []
-        self._faults: dict[str, collections.deque[tuple[str, float]]] = collections.defaultdict(collections.deque)
+        self._faults: dict[str, collections.deque[tuple[str, float]]] = collections.defaultdict(
+            collections.deque
+        )
         self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 server._handle(self)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -16,7 +16,16 @@ from build_scripts import catalog, cli, host
 from build_scripts.host import GIB, Host
 from build_scripts.macos import PythonPaths, rewrite_cmake_cache
 
-INTEL = Host("Darwin", "x86_64", "14.6", 8, 32 * GIB, "/usr/local/bin/ccache", None, Path("/usr/local/opt/libomp"))
+INTEL = Host(
+    "Darwin",
+    "x86_64",
+    "14.6",
+    8,
+    32 * GIB,
+    "/usr/local/bin/ccache",
+    None,
+    Path("/usr/local/opt/libomp"),
+)
 
 
 @pytest.fixture
@@ -34,7 +43,9 @@ def fake_mac(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 def dry_run(capsys: pytest.CaptureFixture[str], work: Path, *args: str) -> str:
     capsys.readouterr()
-    code = cli.main(["all", "--dry-run", "--work-dir", str(work), "--wheels-dir", str(work / "wheels"), *args])
+    code = cli.main(
+        ["all", "--dry-run", "--work-dir", str(work), "--wheels-dir", str(work / "wheels"), *args]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     return out
@@ -79,7 +90,9 @@ def base_env(version: str, deployment_target: str, jobs: int) -> dict[str, str]:
     }
 
 
-def test_intel_mac_plan_for_2_6_0(fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_intel_mac_plan_for_2_6_0(
+    fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     work = tmp_path / "work"
     out = dry_run(capsys, work, "--version", "2.6.0", "--python", "3.12")
     build = section(out, "build")
@@ -132,9 +145,21 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
 
 
 def test_apple_silicon_cross_build_is_labelled(
-    fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    fake_mac: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    arm = Host("Darwin", "arm64", "15.1", 12, 16 * GIB, None, "/opt/homebrew/bin/sccache", Path("/usr/local/opt/libomp"))
+    arm = Host(
+        "Darwin",
+        "arm64",
+        "15.1",
+        12,
+        16 * GIB,
+        None,
+        "/opt/homebrew/bin/sccache",
+        Path("/usr/local/opt/libomp"),
+    )
     monkeypatch.setattr(host, "probe", lambda: arm)
     out = dry_run(capsys, tmp_path / "work", "--version", "2.9.1", "--python", "3.11")
     build = section(out, "build")
@@ -153,13 +178,19 @@ def test_apple_silicon_cross_build_is_labelled(
     assert "-m pip wheel --no-build-isolation --no-deps" in commands(build)[-1]
 
 
-def test_unsupported_python_for_the_line(fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["all", "--dry-run", "--version", "2.15.0", "--python", "3.10", "--work-dir", str(tmp_path)])
+def test_unsupported_python_for_the_line(
+    fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(
+        ["all", "--dry-run", "--version", "2.15.0", "--python", "3.10", "--work-dir", str(tmp_path)]
+    )
     assert code == 1
     assert "Supported: 3.11, 3.12, 3.13, 3.14" in capsys.readouterr().err
 
 
-def test_linux_dry_run_says_the_real_run_stops(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_linux_dry_run_says_the_real_run_stops(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     linux = Host("Linux", "x86_64", None, 2, 8 * GIB, None, None, None)
     monkeypatch.setattr(host, "probe", lambda: linux)
     out = dry_run(capsys, tmp_path / "work", "--version", "2.6.0")

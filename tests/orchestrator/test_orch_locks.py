@@ -43,7 +43,10 @@ def other_build(project: Project) -> Iterator[subprocess.Popen[str]]:
 def test_no_wait_refuses_clearly(project: Project, other_build: subprocess.Popen[str]) -> None:
     result = project.cli("fetch", "--no-wait")
     assert result.code == 1
-    assert f"Another build of PyTorch {project.version} is running (pid {other_build.pid}" in result.err
+    assert (
+        f"Another build of PyTorch {project.version} is running (pid {other_build.pid}"
+        in result.err
+    )
     assert "locks/1.0.0.lock" in result.err
     assert project.server.requests == []  # refused before doing anything
 
@@ -70,13 +73,18 @@ def test_second_build_waits_for_the_first(
     assert (project.work / project.version / "source" / "setup.py").is_file()
 
 
-def test_lock_is_per_release_line(project: Project, tmp_path: Path, other_build: subprocess.Popen[str]) -> None:
+def test_lock_is_per_release_line(
+    project: Project, tmp_path: Path, other_build: subprocess.Popen[str]
+) -> None:
     """Another line's lock does not block this one."""
     other_build.stdin.close()  # type: ignore[union-attr]
     other_build.wait()
     lock = project.work / "locks" / "9.9.9.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

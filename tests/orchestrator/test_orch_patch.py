@@ -76,7 +76,9 @@ def test_already_patched_source_is_detected(project: Project) -> None:
     result = project.cli("all", "--builder", "setuptools", "--source", str(carried))
     assert result.code == 0, result.text
     assert "already carries the whole series" in result.err
-    mps = (project.work / project.version / "patched" / "torch/backends/mps/__init__.py").read_text()
+    mps = (
+        project.work / project.version / "patched" / "torch/backends/mps/__init__.py"
+    ).read_text()
     assert mps.count("allow_intel_gpu =") == 1  # not applied twice
 
 

@@ -149,7 +149,9 @@ def test_unknown_version_lists_supported(project: Project) -> None:
 
 
 def test_malformed_catalog_names_the_field(project: Project) -> None:
-    text = project.catalog.read_text().replace('macos_deployment_target: \'13.0\'', "macos_deployment_target: thirteen")
+    text = project.catalog.read_text().replace(
+        "macos_deployment_target: '13.0'", "macos_deployment_target: thirteen"
+    )
     project.catalog.write_text(text)
     result = project.cli("fetch")
     assert result.code == 1

@@ -45,7 +45,9 @@ def test_interrupted_download_resumes_with_range(project: Project) -> None:
     project.server.cut(project.tarball_name, size // 2)
     result = project.cli("fetch")
     assert result.code == 0, result.text
-    ranges = [header for path, header in project.server.requests if path.endswith(project.tarball_name)]
+    ranges = [
+        header for path, header in project.server.requests if path.endswith(project.tarball_name)
+    ]
     assert ranges[0] is None
     assert ranges[1] == f"bytes={size // 2}-"  # resumed where the cut left off
     assert _cached(project).read_bytes() == project.tarball.read_bytes()
@@ -107,7 +109,9 @@ def test_checksum_mismatch_shows_both_hashes_and_deletes_the_file(project: Proje
     assert f"expected {wrong}" in result.err
     assert f"actual   {project.sha256}" in result.err
     assert "It was deleted" in result.err
-    assert not list((project.cache / "downloads").iterdir() if (project.cache / "downloads").exists() else [])
+    assert not list(
+        (project.cache / "downloads").iterdir() if (project.cache / "downloads").exists() else []
+    )
     assert not (project.work / project.version / "source").exists()
 
 
@@ -187,7 +191,9 @@ def test_links_inside_the_tree_are_fine(project: Project) -> None:
     link = tarfile.TarInfo("pytorch-v1.0.0/docs/setup-link.py")
     link.type, link.linkname = tarfile.SYMTYPE, "../setup.py"
     archive = project.root / "ok.tar.gz"
-    archive.write_bytes(tar_bytes([(tarfile.TarInfo("pytorch-v1.0.0/setup.py"), b"print()\n"), (link, None)]))
+    archive.write_bytes(
+        tar_bytes([(tarfile.TarInfo("pytorch-v1.0.0/setup.py"), b"print()\n"), (link, None)])
+    )
     assert project.cli("fetch", "--source", str(archive)).code == 0
     tree = project.work / project.version / "source"
     assert os.readlink(tree / "docs" / "setup-link.py") == "../setup.py"
@@ -208,7 +214,9 @@ def test_local_directory_source(project: Project) -> None:
     tree = project.root / "upstream" / f"pytorch-v{project.version}"
     result = project.cli("fetch", "--source", str(tree))
     assert result.code == 0, result.text
-    assert (project.work / project.version / "source" / "setup.py").read_text() == (tree / "setup.py").read_text()
+    assert (project.work / project.version / "source" / "setup.py").read_text() == (
+        tree / "setup.py"
+    ).read_text()
     record = json.loads((project.work / project.version / "source.json").read_text())
     assert record["kind"] == "directory" and record["sha256"] is None
 
@@ -241,7 +249,12 @@ def test_git_source_is_a_shallow_clone_of_the_tag_with_submodules(project: Proje
     assert result.code == 0, result.text
     tree = project.work / project.version / "source"
     assert (tree / "third_party" / "vendored" / "vendored.h").is_file()
-    depth = subprocess.run(["git", "-C", str(tree), "rev-list", "--count", "HEAD"], capture_output=True, text=True)
+    depth = subprocess.run(
+        ["git", "-C", str(tree), "rev-list", "--count", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert depth.stdout.strip() == "1"  # shallow: only the tagged commit
     record = json.loads((project.work / project.version / "source.json").read_text())
     assert record["kind"] == "git" and len(record["commit"]) == 40

@@ -54,7 +54,14 @@ def problems(tmp_path: Path, data: bytes, arch: str | None = "x86_64") -> list[s
 
 
 def test_clean_macho_passes(tmp_path: Path) -> None:
-    data = macho(["@loader_path"], ["@rpath/libc10.dylib", "/usr/lib/libc++.1.dylib", "/System/Library/Frameworks/Metal.framework/Versions/A/Metal"])
+    data = macho(
+        ["@loader_path"],
+        [
+            "@rpath/libc10.dylib",
+            "/usr/lib/libc++.1.dylib",
+            "/System/Library/Frameworks/Metal.framework/Versions/A/Metal",
+        ],
+    )
     assert problems(tmp_path, data) == []
 
 
@@ -64,14 +71,21 @@ def test_build_machine_paths_and_duplicate_rpaths_fail(tmp_path: Path) -> None:
         ["/usr/local/opt/libomp/lib/libomp.dylib"],
     )
     found = problems(tmp_path, data)
-    assert "[x86_64] LC_RPATH /Users/runner/work/_temp/env/lib points into the build machine" in found
+    assert (
+        "[x86_64] LC_RPATH /Users/runner/work/_temp/env/lib points into the build machine" in found
+    )
     assert "[x86_64] duplicate LC_RPATH @loader_path" in found
-    assert "[x86_64] links /usr/local/opt/libomp/lib/libomp.dylib, a path on the build machine" in found
+    assert (
+        "[x86_64] links /usr/local/opt/libomp/lib/libomp.dylib, a path on the build machine"
+        in found
+    )
 
 
 def test_architecture_is_required(tmp_path: Path) -> None:
     assert problems(tmp_path, macho([], [], ARM64)) == ["architectures ['arm64'], no x86_64"]
-    universal = fat((X86_64, macho(["@loader_path"], [])), (ARM64, macho(["@loader_path"], [], ARM64)))
+    universal = fat(
+        (X86_64, macho(["@loader_path"], [])), (ARM64, macho(["@loader_path"], [], ARM64))
+    )
     path = tmp_path / "universal.dylib"
     path.write_bytes(universal)
     slices = _binaries.read_macho(path)
@@ -95,27 +109,40 @@ def test_reader_on_an_official_upstream_wheel() -> None:
     """The real 2.6.0 arm64 wheel: an rpath into the CI machine and a duplicate LC_RPATH."""
     root = Path("/root/.cache/pytorch-upstream/wheel-2.6.0-arm64/torch")
     if not root.is_dir():
-        pytest.skip("the unpacked upstream wheel is not on this machine (../shared/tools/upstream-wheel)")
+        pytest.skip(
+            "the unpacked upstream wheel is not on this machine (../shared/tools/upstream-wheel)"
+        )
     extension = next(root.glob("_C.cpython-*-darwin.so"))
     found = _binaries.macho_problems(_binaries.read_macho(extension), "arm64")
     assert any("LC_RPATH /Users/runner/work/" in problem for problem in found)
-    cpu = _binaries.macho_problems(_binaries.read_macho(root / "lib" / "libtorch_cpu.dylib"), "arm64")
+    cpu = _binaries.macho_problems(
+        _binaries.read_macho(root / "lib" / "libtorch_cpu.dylib"), "arm64"
+    )
     assert cpu == ["[arm64] duplicate LC_RPATH @loader_path"]
-    assert _binaries.macho_problems(_binaries.read_macho(root / "lib" / "libc10.dylib"), "x86_64") == [
-        "architectures ['arm64'], no x86_64"
-    ]
+    assert _binaries.macho_problems(
+        _binaries.read_macho(root / "lib" / "libc10.dylib"), "x86_64"
+    ) == ["architectures ['arm64'], no x86_64"]
 
 
-@pytest.mark.skipif(not (shutil.which("cc") and shutil.which("readelf")), reason="needs cc and readelf")
+@pytest.mark.skipif(
+    not (shutil.which("cc") and shutil.which("readelf")), reason="needs cc and readelf"
+)
 def test_elf_runpath_into_the_build_machine(tmp_path: Path) -> None:
     source = tmp_path / "f.c"
     source.write_text("int f(void) { return 1; }\n")
     bad, good = tmp_path / "bad.so", tmp_path / "good.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", bad, source, "-Wl,-rpath,/home/builder/lib"], check=True)
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", good, source, "-Wl,-rpath,$ORIGIN/../lib"], check=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", bad, source, "-Wl,-rpath,/home/builder/lib"], check=True
+    )
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", good, source, "-Wl,-rpath,$ORIGIN/../lib"], check=True
+    )
     with bad.open("rb") as handle:
         assert _binaries.kind(handle.read(8)) == "elf"
-    assert any("/home/builder/lib points into the build machine" in p for p in _binaries.elf_problems(bad) or [])
+    assert any(
+        "/home/builder/lib points into the build machine" in p
+        for p in _binaries.elf_problems(bad) or []
+    )
     assert _binaries.elf_problems(good) == []
 
 
@@ -124,11 +151,17 @@ def test_header_paths_land_under_torch_include() -> None:
         "aten/src/ATen/mps/MPSDevicePolicy.h",
         "torch/include/ATen/mps/MPSDevicePolicy.h",
     ]
-    assert verify.wheel_paths("torch/backends/mps/__init__.py") == ["torch/backends/mps/__init__.py"]
-    assert verify.wheel_paths("aten/src/ATen/mps/MPSDevice.mm") == ["aten/src/ATen/mps/MPSDevice.mm"]
+    assert verify.wheel_paths("torch/backends/mps/__init__.py") == [
+        "torch/backends/mps/__init__.py"
+    ]
+    assert verify.wheel_paths("aten/src/ATen/mps/MPSDevice.mm") == [
+        "aten/src/ATen/mps/MPSDevice.mm"
+    ]
 
 
 def test_ninja_progress_is_parsed() -> None:
-    assert parse_progress("[123/4567] Building CXX object c10/CMakeFiles/c10.dir/core/Device.cpp.o") == (123, 4567)
+    assert parse_progress(
+        "[123/4567] Building CXX object c10/CMakeFiles/c10.dir/core/Device.cpp.o"
+    ) == (123, 4567)
     assert parse_progress("-- Configuring done") is None
     assert parse_progress("[5/0] odd") is None
