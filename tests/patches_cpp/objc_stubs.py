@@ -1,0 +1,197 @@
+"""Minimal stand-ins for the Apple and c10 headers that MPSDevice.mm includes.
+
+They let clang parse the patched Objective-C++ on Linux (-fsyntax-only). They declare
+only what MPSDevice.mm and MPSDevice.h use, with Apple's own spellings where it matters
+(property getters such as ``isLowPower``, ``registryID``, ``supportsFamily:``), so a
+misspelt selector or a type error in our code fails the check. They say nothing about
+behaviour: that is what the policy tests and a Mac build are for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STUBS: dict[str, str] = {
+    "objc_stub_base.h": """
+#pragma once
+#include <cstddef>
+#include <cstdint>
+typedef signed char BOOL;
+#define YES ((BOOL)1)
+#define NO ((BOOL)0)
+#ifndef nil
+#define nil nullptr
+#endif
+typedef long NSInteger;
+typedef unsigned long NSUInteger;
+""",
+    "Foundation/Foundation.h": """
+#pragma once
+#include "objc_stub_base.h"
+@protocol NSObject
+- (instancetype)retain;
+- (oneway void)release;
+- (instancetype)autorelease;
+@end
+__attribute__((objc_root_class))
+@interface NSObject <NSObject>
++ (instancetype)new;
++ (instancetype)alloc;
+- (instancetype)init;
++ (BOOL)instancesRespondToSelector:(SEL)selector;
+@end
+@interface NSString : NSObject
+@property (readonly) const char* UTF8String;
++ (instancetype)stringWithUTF8String:(const char*)s;
+@end
+typedef struct {
+  unsigned long state;
+  __unsafe_unretained id* itemsPtr;
+  unsigned long* mutationsPtr;
+  unsigned long extra[5];
+} NSFastEnumerationState;
+@protocol NSFastEnumeration
+- (NSUInteger)countByEnumeratingWithState:(NSFastEnumerationState*)state
+                                  objects:(__unsafe_unretained id[])buffer
+                                    count:(NSUInteger)len;
+@end
+@interface NSArray<ObjectType> : NSObject <NSFastEnumeration>
+@property (readonly) NSUInteger count;
+- (ObjectType)objectAtIndexedSubscript:(NSUInteger)index;
+- (ObjectType)objectAtIndex:(NSUInteger)index;
+@end
+typedef struct {
+  NSInteger majorVersion;
+  NSInteger minorVersion;
+  NSInteger patchVersion;
+} NSOperatingSystemVersion;
+@interface NSProcessInfo : NSObject
+- (BOOL)isOperatingSystemAtLeastVersion:(NSOperatingSystemVersion)version;
+@end
+Class NSClassFromString(NSString* name);
+""",
+    "Metal/Metal.h": """
+#pragma once
+#include <Foundation/Foundation.h>
+typedef enum MTLGPUFamily : NSInteger {
+  MTLGPUFamilyApple7 = 1007,
+  MTLGPUFamilyApple8 = 1008,
+  MTLGPUFamilyMac2 = 2002,
+} MTLGPUFamily;
+typedef enum MTLLanguageVersion : NSUInteger {
+  MTLLanguageVersion2_3 = (2 << 16) + 3,
+  MTLLanguageVersion3_0 = (3 << 16) + 0,
+  MTLLanguageVersion3_1 = (3 << 16) + 1,
+  MTLLanguageVersion3_2 = (3 << 16) + 2,
+  MTLLanguageVersion4_0 = (4 << 16) + 0,
+} MTLLanguageVersion;
+@protocol MTLDevice <NSObject>
+@property (readonly) NSString* name;
+@property (readonly) uint64_t registryID;
+@property (readonly, getter=isLowPower) BOOL lowPower;
+@property (readonly, getter=isHeadless) BOOL headless;
+@property (readonly, getter=isRemovable) BOOL removable;
+@property (readonly) BOOL hasUnifiedMemory;
+@property (readonly) uint64_t recommendedMaxWorkingSetSize;
+- (BOOL)supportsFamily:(MTLGPUFamily)gpuFamily;
+@end
+NSArray<id<MTLDevice>>* MTLCopyAllDevices(void);
+""",
+    "IOKit/IOKitLib.h": """
+#pragma once
+#include "objc_stub_base.h"
+typedef unsigned int io_iterator_t;
+typedef unsigned int io_registry_entry_t;
+typedef unsigned int mach_port_t;
+typedef int kern_return_t;
+typedef const void* CFTypeRef;
+typedef const struct __CFDictionary* CFMutableDictionaryRef;
+typedef const struct __CFString* CFStringRef;
+typedef const struct __CFNumber* CFNumberRef;
+typedef const struct __CFAllocator* CFAllocatorRef;
+#define KERN_SUCCESS 0
+#define kCFNumberIntType 9
+extern const mach_port_t kIOMainPortDefault;
+extern const CFAllocatorRef kCFAllocatorDefault;
+CFStringRef CFSTR(const char*);
+CFMutableDictionaryRef IOServiceMatching(const char* name);
+kern_return_t IOServiceGetMatchingServices(mach_port_t port, CFMutableDictionaryRef matching, io_iterator_t* it);
+io_registry_entry_t IOIteratorNext(io_iterator_t it);
+CFTypeRef IORegistryEntryCreateCFProperty(io_registry_entry_t e, CFStringRef key, CFAllocatorRef a, unsigned opts);
+BOOL CFNumberGetValue(CFNumberRef n, int type, void* value);
+void CFRelease(CFTypeRef ref);
+kern_return_t IOObjectRelease(unsigned int object);
+""",
+    "c10/macros/Macros.h": """
+#pragma once
+#include <cstdint>
+#define TORCH_API
+#define C10_DIAGNOSTIC_PUSH_AND_IGNORED_IF_DEFINED(warning)
+#define C10_DIAGNOSTIC_POP()
+""",
+    "c10/util/Exception.h": """
+#pragma once
+#include <string>
+#include <vector>
+namespace c10_stub {
+template <typename... Args> void warn(const Args&...) {}
+template <typename... Args> [[noreturn]] void fail(const Args&...) { throw 0; }
+} // namespace c10_stub
+#define TORCH_WARN(...) ::c10_stub::warn(__VA_ARGS__)
+#define TORCH_WARN_ONCE(...) ::c10_stub::warn(__VA_ARGS__)
+#define TORCH_CHECK(cond, ...) if (!(cond)) ::c10_stub::fail(__VA_ARGS__)
+#define TORCH_INTERNAL_ASSERT(cond, ...) if (!(cond)) ::c10_stub::fail("" __VA_ARGS__)
+#define TORCH_INTERNAL_ASSERT_DEBUG_ONLY(cond, ...) if (!(cond)) ::c10_stub::fail("" __VA_ARGS__)
+""",
+    "c10/util/CallOnce.h": """
+#pragma once
+#include <mutex>
+namespace c10 {
+using once_flag = std::once_flag;
+template <typename F> void call_once(once_flag& flag, F&& f) { std::call_once(flag, f); }
+} // namespace c10
+""",
+    "c10/util/env.h": """
+#pragma once
+#include <optional>
+#include <string>
+namespace c10::utils {
+std::optional<std::string> get_env(const char* name);
+}
+""",
+    "c10/core/Allocator.h": """
+#pragma once
+#include <memory>
+#include <c10/macros/Macros.h>
+#include <c10/util/Exception.h>
+namespace c10 { struct Allocator; }
+namespace at { using c10::Allocator; }
+""",
+    "ATen/Device.h": """
+#pragma once
+namespace c10 {
+enum class DeviceType { CPU, MPS };
+struct Device { DeviceType type; int index; };
+}
+namespace at { using c10::Device; }
+""",
+    "ATen/mps/IndexKernels.h": "#pragma once\n",
+    "ATen/mps/MPSStream.h": "#pragma once\n#include <IOKit/IOKitLib.h>\n",
+    "ATen/native/mps/MPSGraphSequoiaOps.h": "#pragma once\n",
+    "ATen/mps/MPSAllocatorInterface.h": """
+#pragma once
+#include <c10/core/Allocator.h>
+namespace at::mps {
+at::Allocator* getIMPSAllocator(bool sharedAllocator = false);
+}
+""",
+}
+
+
+def write_stubs(root: Path) -> Path:
+    """Write the stand-ins under ``root`` and return it, for use as an -I directory."""
+    for name, text in STUBS.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.lstrip("\n"), encoding="utf-8")
+    return root

@@ -1,0 +1,71 @@
+"""Bonus: clang parses the patched MPSDevice.mm of 2.6.0 (-fsyntax-only, Objective-C++).
+
+Uses the real v2.6.0 tree when it is cached (../shared/tools/upstream-src 2.6.0 puts it
+there) and clang when it is installed; otherwise it skips and says which is missing.
+Nothing here installs anything. The Apple and c10 headers are stand-ins (objc_stubs.py),
+so this catches misspelt selectors and C++ type errors in our hunks, not behaviour.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from build_scripts import catalog, patching
+
+from .objc_stubs import write_stubs
+
+SOURCE_2_6 = Path.home() / ".cache" / "pytorch-upstream" / "pytorch-v2.6.0"
+MPS_DEVICE_MM = "aten/src/ATen/mps/MPSDevice.mm"
+
+pytestmark = pytest.mark.upstream
+
+
+def _patched_2_6(tmp_path: Path) -> Path:
+    if not (SOURCE_2_6 / "version.txt").is_file():
+        pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0 provides it)")
+    series = list(catalog.load().line("2.6.0").patches)
+    tree = tmp_path / "tree"
+    # Only the files the series touches are needed; copying them keeps the cache untouched.
+    for patch in series:
+        for change in patching.file_changes(patch):
+            source = SOURCE_2_6 / change.path
+            if not change.is_new and source.is_file() and not (tree / change.path).exists():
+                (tree / change.path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, tree / change.path)
+    patching.apply_series(tree, series)
+    return tree
+
+
+def _clang(stubs: Path, tree: Path, source: Path) -> subprocess.CompletedProcess[str]:
+    clang = shutil.which("clang") or shutil.which("clang++")
+    if clang is None:
+        pytest.skip("clang is not installed (optional: apt-get install -y clang)")
+    return subprocess.run(
+        [clang, "-fsyntax-only", "-x", "objective-c++", "-std=c++17", "-fobjc-runtime=macosx-10.15",
+         "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-unused-function", "-Werror",
+         f"-I{stubs}", f"-I{tree / 'aten/src'}", str(source)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )
+
+
+def test_patched_mps_device_mm_parses(tmp_path: Path) -> None:
+    tree = _patched_2_6(tmp_path)
+    stubs = write_stubs(tmp_path / "stubs")
+    result = _clang(stubs, tree, tree / MPS_DEVICE_MM)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_check_catches_a_misspelt_selector(tmp_path: Path) -> None:
+    """The stand-ins are strict enough to fail on a selector Metal does not have."""
+    tree = _patched_2_6(tmp_path)
+    stubs = write_stubs(tmp_path / "stubs")
+    source = tree / MPS_DEVICE_MM
+    text = source.read_text(encoding="utf-8")
+    assert "[device isRemovable]" in text
+    source.write_text(text.replace("[device isRemovable]", "[device isDetachable]"), encoding="utf-8")
+    result = _clang(stubs, tree, source)
+    assert result.returncode != 0 and "isDetachable" in result.stderr

@@ -1,0 +1,115 @@
+"""The patch series as files: DEP-3 headers, the catalog's lists, and one concern per number.
+
+Also checks that the code the per-line patches add is the same on every line where it
+should be, so a fix made in one line's 0002 cannot silently miss the others.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import unidiff
+
+from build_scripts import catalog, newfile_patch
+
+PATCHES = newfile_patch.PATCHES_DIR
+ALL = newfile_patch.all_patches()
+LINES = [line.version for line in catalog.load().lines]
+NAME = re.compile(r"^(?P<number>\d{4})-(?P<concern>[a-z0-9-]+)\.patch$")
+
+
+def dep3(patch: Path) -> dict[str, str]:
+    header, _ = newfile_patch.split_sections(patch.read_text(encoding="utf-8"))
+    fields: dict[str, str] = {}
+    for line in header.splitlines():
+        match = re.match(r"^(?P<key>[A-Z][A-Za-z-]+): (?P<value>.*)$", line)
+        if match:
+            fields[match["key"]] = match["value"]
+    return fields
+
+
+def applies_to(patch: Path) -> set[str]:
+    return {part.strip() for part in dep3(patch)["Applies-To"].split(",")}
+
+
+@pytest.mark.parametrize("patch", ALL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_dep3_header_and_git_style_diff(patch: Path) -> None:
+    fields = dep3(patch)
+    for key in ("Description", "Origin", "Forwarded", "Applies-To"):
+        assert fields.get(key), f"{patch.name}: DEP-3 field {key} is missing"
+    assert applies_to(patch) <= set(LINES), f"{patch.name}: Applies-To names an unknown line"
+    assert NAME.match(patch.name), f"{patch.name}: expected NNNN-concern.patch"
+    text = patch.read_text(encoding="utf-8")
+    sections = newfile_patch.split_sections(text)[1]
+    assert sections, f"{patch.name}: no diff"
+    for path, section in sections:
+        assert section.startswith(f"diff --git a/{path} b/{path}\n")
+    for patched_file in unidiff.PatchSet(text):
+        assert patched_file.source_file.startswith(("a/", "/dev/null"))
+        assert patched_file.target_file.startswith("b/")
+    if patch.parent.name != "common":
+        assert applies_to(patch) == {patch.parent.name}, f"{patch}: a per-line patch applies to its own line only"
+
+
+def test_catalog_lists_exactly_the_patches_for_each_line() -> None:
+    listed = {line.version: [p.resolve() for p in line.patches] for line in catalog.load().lines}
+    for version, patches in listed.items():
+        numbers = [p.name[:4] for p in patches]
+        assert numbers == sorted(numbers), f"{version}: patches out of order"
+        assert len(set(numbers)) == len(numbers), f"{version}: two patches with one number"
+        wanted = sorted(p.resolve() for p in ALL if version in applies_to(p))
+        assert sorted(patches) == wanted, f"{version}: the catalog and the Applies-To fields disagree"
+
+
+def test_one_concern_per_number() -> None:
+    concerns: dict[str, set[str]] = defaultdict(set)
+    for patch in ALL:
+        match = NAME.match(patch.name)
+        assert match
+        concerns[match["number"]].add(match["concern"])
+    assert all(len(names) == 1 for names in concerns.values()), dict(concerns)
+
+
+def _added(patch: Path, path: str) -> list[str]:
+    for patched_file in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
+        if patched_file.path.removeprefix("b/") == path:
+            return [line.value for hunk in patched_file for line in hunk if line.is_added]
+    return []
+
+
+# What may differ between the lines' copies of the same code, and why.
+_PER_LINE = [
+    (re.compile(r'constexpr const char\* kMinMacOS = "[\d.]+";'), "kMinMacOS"),  # upstream's own requirement
+    (re.compile(r"took the first Mac2 device.*"), "upstream's rule"),  # 2.15 dropped the isLowPower skip
+]
+
+
+def _normalised(lines: list[str]) -> list[str]:
+    out = []
+    for line in lines:
+        for pattern, replacement in _PER_LINE:
+            line = pattern.sub(replacement, line)
+        out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("path", ["aten/src/ATen/mps/MPSDevice.mm", "aten/src/ATen/mps/MPSDevice.h"])
+def test_select_device_code_is_the_same_on_every_line(path: str) -> None:
+    copies = {line: _normalised(_added(PATCHES / line / "0002-mps-select-device-through-policy.patch", path))
+              for line in LINES}
+    first = copies[LINES[0]]
+    assert first, f"0002 of {LINES[0]} adds nothing to {path}"
+    for line, added in copies.items():
+        assert added == first, f"0002 of {line} adds different code to {path} than {LINES[0]}'s"
+
+
+def test_min_macos_matches_upstream_per_line() -> None:
+    """kMinMacOS is what each line's upstream error message requires (its probe's macOS)."""
+    expected = {"2.6.0": "13.0", "2.9.1": "14.0", "2.14.1": "14.0", "2.15.0": "15.0"}
+    for line in LINES:
+        added = "".join(_added(PATCHES / line / "0002-mps-select-device-through-policy.patch",
+                               "aten/src/ATen/mps/MPSDevice.mm"))
+        assert f'kMinMacOS = "{expected[line]}"' in added, line
