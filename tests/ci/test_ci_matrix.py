@@ -90,7 +90,7 @@ def test_removing_a_line_removes_it_from_every_matrix(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     path = copy_catalog(tmp_path)
     removed = "2.9.1"
-    edit_catalog(path, lambda doc: doc.update(lines=[l for l in doc["lines"] if l["version"] != removed]))
+    edit_catalog(path, lambda doc: doc.update(lines=[entry for entry in doc["lines"] if entry["version"] != removed]))
     everything = cli_matrix(capsys, "--kind", "all", "--catalog", str(path))
     for kind in matrix.KINDS:
         versions = {entry["version"] for entry in everything[kind]["include"]}
@@ -104,7 +104,7 @@ def test_adding_a_python_adds_a_build_python_and_a_test_pair(tmp_path: Path,
     before = cli_matrix(capsys, "--kind", "all", "--catalog", str(path))
 
     def add(doc: dict[str, Any]) -> None:
-        line = next(l for l in doc["lines"] if l["version"] == "2.6.0")
+        line = next(entry for entry in doc["lines"] if entry["version"] == "2.6.0")
         line["python"] = [*line["python"], "3.14"]
 
     edit_catalog(path, add)
@@ -124,7 +124,7 @@ def test_changing_a_patch_changes_the_cache_fingerprint(tmp_path: Path,
     patch.write_text("Description: test\n")
 
     def use_patch(doc: dict[str, Any]) -> None:
-        line = next(l for l in doc["lines"] if l["version"] == "2.14.1")
+        line = next(entry for entry in doc["lines"] if entry["version"] == "2.14.1")
         line["patches"] = [*line["patches"], "extra/0099-test.patch"]
 
     edit_catalog(path, use_patch)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -13,8 +15,18 @@ from ci_support import REPO, build_fake_wheel, write_fake_torch
 
 CHECKS = REPO / "ci" / "wheel_checks.py"
 TEST_WHEEL = REPO / "ci" / "test_wheel.py"
-sys.path.insert(0, str(REPO / "ci"))
-import test_wheel  # a script, imported for its wheel selection
+
+
+def _load_script(path: Path) -> ModuleType:
+    """ci/test_wheel.py is a script, not a module of the ci package; load it by path."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+test_wheel = _load_script(TEST_WHEEL)
 
 
 def run_checks(*args: str, torch_root: Path | None = None,
