@@ -191,6 +191,7 @@ def write_catalog(
         ],
     }
     path = folder / "catalog.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
