@@ -78,6 +78,12 @@ def select_lines(catalog: Catalog, *, tag: str | None = None,
     return tuple(catalog.line(version) for version in dict.fromkeys(wanted))
 
 
+def platform_tag(deployment_target: str) -> str:
+    """The wheel platform tag of an x86_64 build for ``deployment_target``: 14.0 -> macosx_14_0_x86_64."""
+    major, _, minor = deployment_target.partition(".")
+    return f"macosx_{major}_{minor or '0'}_x86_64"
+
+
 def _line_fields(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
     fingerprint = line.series_fingerprint
     return {
@@ -88,6 +94,9 @@ def _line_fields(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
         # Cache keys are limited to 512 characters; 16 hex digits identify a series well enough.
         "fingerprint_short": fingerprint[:16],
         "deployment_target": line.macos_deployment_target,
+        # The wheel must carry it: a bundled library built for a newer macOS (Homebrew's
+        # libomp on the runner's macOS) would make delocate raise the tag silently.
+        "platform_tag": platform_tag(line.macos_deployment_target),
         "mps_min_macos": line.mps_min_macos,
         "artifact": f"wheels-{line.version}",
     }

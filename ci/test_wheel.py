@@ -66,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--wheel-dir", type=Path, required=True)
     parser.add_argument("--expect-version", help="torch.__version__, e.g. 2.15.0+intelmac")
+    parser.add_argument("--expect-platform",
+                        help="the wheel's platform tag, e.g. macosx_14_0_x86_64 (the catalog's "
+                        "deployment target)")
     parser.add_argument("--expect-no-gpu", action="store_true",
                         help="require MPS to be unusable (GitHub-hosted runners have no usable GPU)")
     parser.add_argument("--print-wheel", action="store_true",
@@ -85,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_wheel:
         print(wheel)
         return 0
+    if args.expect_platform and not wheel.name.endswith(f"-{args.expect_platform}.whl"):
+        print(f"error: {wheel.name} is not tagged {args.expect_platform}. A bundled library "
+              "probably needs a newer macOS than the catalog's deployment target (delocate "
+              "raises the tag to match); build it for that target.", file=sys.stderr)
+        return 1
 
     scratch = None if args.keep_venv else Path(tempfile.mkdtemp(prefix="test-wheel-"))
     venv = args.keep_venv or scratch / "venv"  # type: ignore[operator]

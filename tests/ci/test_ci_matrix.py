@@ -63,6 +63,8 @@ def test_runners_labels_and_line_fields(capsys: pytest.CaptureFixture[str]) -> N
         assert line.series_fingerprint.startswith(entry["fingerprint_short"])
         assert entry["wheel_version"] == f"{line.version}+{catalog.local_label}"
         assert entry["artifact"] == f"wheels-{line.version}"
+        major, minor = line.macos_deployment_target.split(".")
+        assert entry["platform_tag"] == f"macosx_{major}_{minor}_x86_64"
     for entry in everything["verify"]["include"]:
         assert entry["runner"].startswith("ubuntu-")
     for entry in everything["regress"]["include"]:

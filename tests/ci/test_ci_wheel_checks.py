@@ -95,6 +95,17 @@ def test_wheel_selection(tmp_path: Path) -> None:
         test_wheel.select_wheel(tmp_path, "cp311")
 
 
+def test_a_wheel_tagged_for_a_newer_macos_is_refused(tmp_path: Path) -> None:
+    # delocate raises the tag when a bundled library needs a newer macOS than the target.
+    wheel = tmp_path / "torch-2.6.0+intelmac-py3-none-macosx_15_0_x86_64.whl"
+    wheel.write_bytes(b"")
+    result = subprocess.run(
+        [sys.executable, str(TEST_WHEEL), "--wheel-dir", str(tmp_path),
+         "--expect-platform", "macosx_13_0_x86_64"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1 and "is not tagged macosx_13_0_x86_64" in result.stderr
+
+
 def hermetic_pip_env() -> dict[str, str]:
     """No machine-wide pip configuration (constraints, extra indexes): only the test's wheel."""
     env = {key: value for key, value in os.environ.items()
