@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,37 @@ def test_new_python_files_compile_for_the_oldest_python() -> None:
     """2.6.0 still supports Python 3.9: no syntax newer than that in the new files."""
     for path in sorted(SRC.glob("*.py")):
         ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 9))
+
+
+def _binding_unit(patch: Path) -> str:
+    """A translation unit with 0003's Module.cpp additions and 0002's API declared as in MPSDevice.h."""
+    body = "\n".join(line for line in _added(patch, "torch/csrc/mps/Module.cpp").splitlines()
+                     if not line.startswith("#include"))
+    return (
+        "#include <torch/csrc/THP.h>\n#include <torch/csrc/utils/pybind.h>\n"
+        "#include <ATen/mps/MPSDevicePolicy.h>\n"
+        "namespace at::mps {\nbool getAllowIntelGpu();\nvoid setAllowIntelGpu(bool allow);\n"
+        "std::vector<policy::DeviceStatus> deviceReport();\nstd::string unavailableReason();\n}\n"
+        "namespace torch::mps {\nvoid initModule(PyObject* module) {\n"
+        "  auto m = py::handle(module).cast<py::module>();\n" + body + "\n}\n}\n"
+    )
+
+
+@pytest.mark.slow
+def test_bindings_compile_against_torch_headers(tmp_path: Path) -> None:
+    """The new bindings compile (g++ -fsyntax-only) with the installed torch's headers and pybind11."""
+    import sysconfig
+
+    torch = pytest.importorskip("torch")
+    include = Path(torch.__file__).parent / "include"
+    python_include = Path(sysconfig.get_paths()["include"])
+    if shutil.which("g++") is None or not (include / "torch/csrc/Exceptions.h").is_file():
+        pytest.skip("needs g++ and a torch wheel with its C++ headers")
+    if not (python_include / "Python.h").is_file():
+        pytest.skip(f"no Python.h under {python_include} (install the python3-dev package)")
+    unit = tmp_path / "bindings.cpp"
+    unit.write_text(_binding_unit(own_patch("2.6.0", "0003-")))
+    argv = ["g++", "-std=c++20", "-fsyntax-only", "-Wall", f"-I{include}", f"-I{include}/torch/csrc/api/include",
+            f"-I{python_include}", f"-I{REPO / 'patches/src/aten/src'}", str(unit)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
