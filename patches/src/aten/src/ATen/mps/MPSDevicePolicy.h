@@ -255,7 +255,7 @@ inline std::string kind_of_low_power(const std::vector<const DeviceStatus*>& dev
 
 inline std::string opt_in_hint() {
   return std::string("set ") + kAllowIntelGpuEnv +
-      "=1 or torch.backends.mps.allow_intel_gpu = True before first use of MPS";
+      "=1 or torch.backends.mps.allow_intel_gpu = True before the first use of MPS";
 }
 
 inline const char* no_mac2_reason() {
@@ -330,8 +330,10 @@ inline std::optional<std::size_t> pick(const std::vector<DeviceStatus>& devices,
     for (std::size_t i : matches) {
       matched.push_back(devices[i]);
     }
+    // Say which devices matched; list the others too when there are any, for their indexes.
     reason = selector_text(selector) + " is ambiguous: it matches " + std::to_string(matches.size()) +
-        " devices (" + list_devices(matched) + ")" + all + "; set it to an index or to a longer part of one name";
+        " devices (" + list_devices(matched) + ")" + (matches.size() < devices.size() ? all : std::string()) +
+        "; set it to an index or to a longer part of one name";
   }
   return std::nullopt;
 }
@@ -439,7 +441,7 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
         selection.unavailable_reason = std::string("only ") + (one ? "an " : "") +
             detail::kind_of_low_power(blocked_low_power) + (one ? "" : "s") + " (" + names + ") " +
             (one ? "was" : "were") + " found; " + detail::opt_in_hint() +
-            " to use it (integrated GPUs can be slower than the CPU for small workloads)";
+            " (integrated GPUs can be slower than the CPU for small workloads)";
       } else {
         selection.unavailable_reason =
             "no Metal device supports GPU family Mac2, which the MPS backend needs: " + detail::list_devices(all);
