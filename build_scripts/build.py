@@ -67,7 +67,7 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
         "toolchain": buildinfo.toolchain(
             interpreter,
             macos=host.is_macos,
-            libomp=host.libomp_prefix,
+            libomp=options.libomp_prefix(host.libomp_prefix),
             launcher=host.ccache or host.sccache,
         ),
         "built_at": buildinfo.now(),
@@ -141,9 +141,12 @@ def unsupported_host_message(options: Options, host: Host) -> str:
     layout = options.layout
     marker = read_marker(layout.patched_tree)
     pythons = " ".join(python.version for python in options.pythons)
-    if marker is not None:
+    source = SourceRecord.load(layout.source_record)
+    if marker is not None and source is not None:
+        checked = f"sha256 {source.sha256}" if source.sha256 else "not checksum-checked"
+        origin = f"{source.kind} {source.location} ({checked})"
         done = (
-            f"Done here: the source is fetched and checked, and patched with "
+            f"Done here: fetched the source from {origin}, and patched it with "
             f"{len(marker.get('patches', []))} patches (series {str(marker.get('series_fingerprint'))[:12]}):\n"
             f"  {layout.patched_tree}\n"
         )

@@ -53,8 +53,9 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
     if launcher:
         env["CMAKE_C_COMPILER_LAUNCHER"] = launcher
         env["CMAKE_CXX_COMPILER_LAUNCHER"] = launcher
-    if host.libomp_prefix is not None:
-        prefix = str(host.libomp_prefix)
+    libomp = options.libomp_prefix(host.libomp_prefix)
+    if libomp is not None:
+        prefix = str(libomp)
         # CMake's FindOpenMP looks under OpenMP_ROOT; Apple clang has no OpenMP headers of
         # its own, so omp.h must also be on the compiler's include path for the sources
         # that include it outside CMake's OpenMP flags.
@@ -268,7 +269,7 @@ def notes(options: Options, host: Host) -> list[str]:
         )
     else:
         out.append("native x86_64 build")
-    if host.libomp_prefix is None:
+    if options.libomp_prefix(host.libomp_prefix) is None:
         out.append(
             "libomp NOT FOUND: install it with `brew install libomp` (x86_64 Homebrew in /usr/local)"
         )
@@ -279,12 +280,16 @@ def notes(options: Options, host: Host) -> list[str]:
 
 def preflight(options: Options, host: Host) -> None:
     """What must be true before hours of compiling start."""
-    if host.libomp_prefix is None:
+    libomp = options.libomp_prefix(host.libomp_prefix)
+    if libomp is None:
         raise BuildError(
             "libomp is not installed: PyTorch's CPU kernels need OpenMP, which Apple clang lacks.\n"
             "Install it with `brew install libomp` (on an Apple-silicon Mac, in the x86_64 "
-            "Homebrew under /usr/local: `arch -x86_64 /usr/local/bin/brew install libomp`)."
+            "Homebrew under /usr/local: `arch -x86_64 /usr/local/bin/brew install libomp`), "
+            "or pass another build of it with --libomp PREFIX."
         )
+    if not (libomp / "include" / "omp.h").is_file():
+        raise BuildError(f"--libomp {libomp}: no include/omp.h there.")
     for python in options.pythons:
         if not python.found:
             raise BuildError(

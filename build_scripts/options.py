@@ -108,6 +108,7 @@ class Options:
     dry_run: bool
     builder: Builder
     wait: bool
+    libomp: Path | None  # --libomp: overrides the Homebrew libomp the host probe finds
     work_dir: Path
     cache_dir: Path
     wheels_dir: Path
@@ -120,6 +121,9 @@ class Options:
     @property
     def layout(self) -> Layout:
         return Layout(self.work_dir, self.line.version)
+
+    def libomp_prefix(self, host_prefix: Path | None) -> Path | None:
+        return self.libomp or host_prefix
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +149,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help="pytorch-macos (default): PyTorch's CMake build with MPS, macOS only. "
         "setuptools: a generic `pip wheel` of a small setup.py tree that is not PyTorch "
         "(the test suite's fixture upstream uses it on any OS)",
+    )
+    group.add_argument(
+        "--libomp",
+        type=Path,
+        metavar="PREFIX",
+        help="OpenMP to build with and bundle: a folder with include/omp.h and lib/libomp.dylib "
+        "(default: Homebrew's /usr/local/opt/libomp). Use one built for the line's "
+        "macOS deployment target, e.g. conda-forge's llvm-openmp for osx-64",
     )
     group = parser.add_argument_group("source")
     group.add_argument(
@@ -255,6 +267,7 @@ def resolve(args: argparse.Namespace) -> Options:
         dry_run=args.dry_run,
         builder=args.builder,
         wait=args.wait,
+        libomp=args.libomp.absolute() if args.libomp else None,
         work_dir=args.work_dir.absolute(),
         cache_dir=args.cache_dir.absolute(),
         wheels_dir=args.wheels_dir.absolute(),

@@ -22,7 +22,7 @@ from . import _fsutil, buildinfo
 from . import host as host_mod
 from ._locks import held
 from ._log import Log
-from ._plan import Section, Step, render
+from ._plan import Section, Step, environment, render
 from .build import built_record
 from .errors import BuildError, UnsupportedHostError
 from .host import Host
@@ -51,6 +51,13 @@ def delocate_argv(wheel: Path, out_dir: Path) -> tuple[str, ...]:
         "-v",
         str(wheel),
     )
+
+
+def delocate_env(options: Options) -> dict[str, str]:
+    # delocate checks every bundled library against MACOSX_DEPLOYMENT_TARGET and refuses
+    # one that needs a newer macOS (a Homebrew libomp bottle built for the host's macOS),
+    # instead of silently re-tagging the wheel for Macs the line does not target.
+    return {"MACOSX_DEPLOYMENT_TARGET": options.line.macos_deployment_target}
 
 
 def _delocate_version() -> str | None:
@@ -102,6 +109,7 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                 delocate_argv(raw, Path(scratch)),
                 label=f"delocate {python.tag}",
                 log_file=options.layout.logs / f"repair-{python.tag}.log",
+                env=environment(delocate_env(options)),
             )
             produced = sorted(Path(scratch).glob("*.whl"))
             if len(produced) != 1:
@@ -168,7 +176,8 @@ def plan(options: Options) -> Section:
         steps.append(
             Step(f"add {buildinfo.FILENAME} to the wheel's .dist-info and RECORD -> {out}")
         )
-    return Section("repair", (), {}, tuple(steps))
+    env = delocate_env(options) if options.builder == "pytorch-macos" else {}
+    return Section("repair", (), env, tuple(steps))
 
 
 def _main(args: argparse.Namespace) -> int:

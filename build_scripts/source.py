@@ -29,12 +29,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
 
-import requests
-import urllib3
 import yaml
+
+if TYPE_CHECKING:
+    import requests
 
 from . import _fsutil
 from ._locks import held
@@ -48,13 +49,17 @@ UPSTREAM_GIT = "https://github.com/pytorch/pytorch.git"
 # 404 is retried too: GitHub's release CDN has answered 404 for a few seconds after an
 # upload, and the issue asks for it. The final message says "not there" plainly.
 _RETRY_STATUS = {404, 408, 429, 500, 502, 503, 504}
-# Mid-body failures come from urllib3 (read timeouts, resets, short reads), not requests.
-_NETWORK_ERRORS = (
-    requests.RequestException,
-    urllib3.exceptions.HTTPError,
-    ConnectionError,
-    TimeoutError,
-)
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    # Imported here, not at the top: a no-op `make build` never downloads, and requests is
+    # a tenth of its start-up time. Mid-body failures come from urllib3 (read timeouts,
+    # resets, short reads), not from requests.
+    import requests
+    import urllib3
+
+    return (requests.RequestException, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+
 
 SourceKind = Literal["url", "git", "tarball", "directory"]
 
@@ -237,6 +242,8 @@ def _attempt(
     session: requests.Session, url: str, destination: Path, settings: FetchSettings, log: Log
 ) -> None:
     """One GET, resuming the ``.part`` file when its state says it came from ``url``."""
+    import requests  # lazily: see _network_errors
+
     part, state_file = _part_paths(destination)
     state = _fsutil.read_json(state_file) or {}
     offset = part.stat().st_size if part.exists() and state.get("url") == url else 0
@@ -299,7 +306,7 @@ def _attempt(
                     handle.write(chunk)
                     written += len(chunk)
                     bar.update(task, completed=written)
-        except _NETWORK_ERRORS as exc:
+        except _network_errors() as exc:
             raise _Retryable(
                 f"the download of {url} broke off at {written} bytes ({exc.__class__.__name__})"
             ) from None
@@ -312,6 +319,8 @@ def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> 
 
     The caller checks the hash and moves the part into place.
     """
+    import requests
+
     destination.parent.mkdir(parents=True, exist_ok=True)
     attempt = 0
     with requests.Session() as session:

@@ -105,6 +105,7 @@ def test_intel_mac_plan_for_2_6_0(
         f"(cd {root}/patched && {venv}/bin/python setup.py bdist_wheel --dist-dir {root}/dist/cp312/raw)",
     ]
     assert "# native x86_64 build" in build
+    assert exports(section(out, "repair")) == {"MACOSX_DEPLOYMENT_TARGET": "13.0"}
     repair = commands(section(out, "repair"))
     assert len(repair) == 1
     tool, *args = shlex.split(repair[0])
@@ -186,6 +187,24 @@ def test_unsupported_python_for_the_line(
     )
     assert code == 1
     assert "Supported: 3.11, 3.12, 3.13, 3.14" in capsys.readouterr().err
+
+
+def test_libomp_can_be_given(
+    fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = dry_run(
+        capsys,
+        tmp_path / "work",
+        "--version",
+        "2.6.0",
+        "--python",
+        "3.12",
+        "--libomp",
+        "/opt/llvm-openmp",
+    )
+    env = exports(section(out, "build"))
+    assert env["OpenMP_ROOT"] == env["CMAKE_PREFIX_PATH"] == "/opt/llvm-openmp"
+    assert env["CPATH"] == "/opt/llvm-openmp/include"
 
 
 def test_linux_dry_run_says_the_real_run_stops(
