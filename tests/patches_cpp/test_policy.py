@@ -379,3 +379,14 @@ def test_fallback_core_count(driver: Path, name: str, low_power: bool, cores: in
 def test_metal4_only_on_apple_gpus(driver: Path) -> None:
     results = run_driver(driver, ["metal4\tapple\t1", "metal4\tother\t0"])
     assert results["apple"]["metal4"] is True and results["other"]["metal4"] is False
+
+
+def test_a_full_name_picks_its_device_even_inside_a_longer_name(driver: Path) -> None:
+    """Mac Pro 2019 with a Vega II and a Vega II Duo: the full shorter name is not ambiguous."""
+    duo = Dev("AMD Radeon Pro Vega II Duo", 0x100000800, working_set=32 * GIB)
+    for selector, expected in (("amd radeon pro vega ii", VEGA_A.name), ("duo", duo.name), ("vega", None)):
+        for p, devices in enumerate(itertools.permutations((VEGA_A, duo))):
+            lines = ["\t".join(["case", "x", "0", _field(selector), "1", "14.0"])]
+            lines += [d.line() for d in devices] + ["end"]
+            result = run_driver(driver, lines)["x"]["result"]
+            assert result["selected"] == expected, (selector, p, result["reason"])
