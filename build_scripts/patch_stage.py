@@ -99,11 +99,10 @@ def patch(options: Options, log: Log) -> Path:
 
 def plan(options: Options) -> Section:
     layout = options.layout
-    steps = [
-        Step(f"check every patch against {layout.source_tree}, then apply {patch.name}")
-        for patch in options.line.patches
-    ]
-    steps.append(Step(f"copy + apply in a temporary folder, rename onto {layout.patched_tree}"))
+    series = options.line.patches
+    steps = [Step(f"check all {len(series)} patches against {layout.source_tree} before applying any")]
+    steps += [Step(f"apply {patch.name}") for patch in series]
+    steps.append(Step(f"(applied to a fresh copy in a temporary folder, renamed onto {layout.patched_tree})"))
     note = f"series fingerprint {options.line.series_fingerprint}"
     return Section("patch", (note,), {}, tuple(steps))
 
