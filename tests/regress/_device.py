@@ -1,0 +1,266 @@
+"""Device handling shared by the regression suite and the benchmark.
+
+Everything here has to work on every torch line in the catalog (2.6 .. 2.15) and on any
+backend (mps, cuda, xpu, cpu), so each API that moved between releases is looked up with
+`getattr` and has a fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+DEVICE_TYPES = ("mps", "cuda", "xpu", "cpu")
+
+
+class DeviceUnavailable(Exception):
+    """The requested device cannot be used; the message says why and what to do."""
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def _xpu_available() -> bool:
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+def default_device() -> str:
+    """mps when usable (the issue's default), else cuda, else xpu, else cpu."""
+    if _mps_available():
+        return "mps"
+    if torch.cuda.is_available():
+        return "cuda"
+    if _xpu_available():
+        return "xpu"
+    return "cpu"
+
+
+def unavailable_reason(device: str) -> str | None:
+    """None when `device` can run tensors; otherwise a sentence a user can act on."""
+    if device == "cpu":
+        return None
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_built():
+            return "this torch was built without MPS (install the patched macOS x86_64 wheel)"
+        if mps.is_available():
+            return None
+        # The patched wheel explains itself (issue 3); upstream only says "not available".
+        explain = getattr(mps, "unavailable_reason", None)
+        reason = explain() if callable(explain) else None
+        hint = ""
+        if not hasattr(mps, "allow_intel_gpu"):
+            hint = " (this torch has no torch.backends.mps.allow_intel_gpu: is the patched wheel installed?)"
+        return f"MPS is not available: {reason or 'torch gives no reason'}{hint}"
+    if device == "cuda":
+        return None if torch.cuda.is_available() else "CUDA is not available in this torch/host"
+    if device == "xpu":
+        return None if _xpu_available() else "XPU is not available in this torch/host"
+    return f"unknown device type {device!r}; choose one of {', '.join(DEVICE_TYPES)}"
+
+
+def synchronize(device: str) -> None:
+    """Wait for all queued work on `device`.
+
+    torch.accelerator.synchronize exists from 2.6 on; it is used when it drives the same
+    backend, and the per-backend call otherwise. MPS work is asynchronous and old releases'
+    timers never waited for it, so every timing in this project goes through here.
+    """
+    if device == "cpu":
+        return
+    accel = getattr(torch, "accelerator", None)
+    sync = getattr(accel, "synchronize", None)
+    current = getattr(accel, "current_accelerator", None)
+    if callable(sync) and callable(current):
+        try:
+            acc = current()
+        except RuntimeError:
+            acc = None
+        if acc is not None and acc.type == device:
+            sync()
+            return
+    if device == "mps":
+        torch.mps.synchronize()
+    elif device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "xpu":
+        torch.xpu.synchronize()
+    else:
+        raise ValueError(f"no synchronisation known for device {device!r}")
+
+
+def manual_seed(device: str, seed: int) -> None:
+    torch.manual_seed(seed)  # also seeds cuda/mps/xpu generators on every supported line
+
+
+# --- GPU names and families -------------------------------------------------------------
+# Families key the known-failures file. Checked in order; the first match wins.
+# Intel: Skylake/Kaby Lake/Coffee Lake (HD 5xx/6xx, UHD 6xx, Iris 540/550, Iris Plus 6xx) are
+# Gen9; Ice Lake's "Iris Plus Graphics" (MacBook Air 2020, 13" MacBook Pro 2020, no model
+# number in its Metal name) is Gen11. AMD: Polaris/Vega/FirePro are GCN, Navi 1x RDNA1,
+# Navi 2x RDNA2.
+_FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("apple-virtual", r"paravirtual"),
+    ("apple", r"^apple\b|\bapple m\d"),
+    ("nvidia", r"nvidia|geforce|quadro|tesla|\bh100\b|\bh200\b"),
+    ("intel-gen11", r"iris\s*(\(tm\))?\s*plus graphics\s*(g[47])?\s*$|ice\s*lake"),
+    ("intel-gen9", r"uhd graphics 6[0-9]{2}\b|hd graphics [56][0-9]{2}\b|iris\s*(\(tm\))?\s*(plus\s*)?graphics [56][0-9]{2}\b"),
+    ("intel-other", r"intel"),
+    ("amd-rdna2", r"\b(rx|w)\s*6[0-9]{3}|radeon pro w6[0-9]{3}"),
+    ("amd-rdna1", r"\b5[3-7]00\s*m\b|radeon pro 5[3-7]00\b|5700\s*xt|\b(rx|w)\s*5[0-9]{3}"),
+    ("amd-gcn", r"vega|firepro|\brx\s*(4[6-9]0|5[5-9]0)\b|radeon pro [45][0-9]{2}x?\b|r9 m[0-9]{3}"),
+    ("amd-other", r"\bamd\b|radeon"),
+)
+
+
+def family_of(name: str, device_type: str) -> str:
+    if device_type == "cpu":
+        return "cpu"
+    low = name.strip().lower()
+    for family, pattern in _FAMILY_PATTERNS:
+        if re.search(pattern, low):
+            return family
+    return "unknown"
+
+
+@dataclass
+class DeviceInfo:
+    type: str
+    name: str
+    family: str
+    # Where the name came from (patched devices(), torch._C, system_profiler, ...).
+    name_source: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@functools.cache
+def _cpu_name() -> str:
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _mps_device_name() -> tuple[str, str, dict[str, Any]]:
+    mps = torch.backends.mps
+    devices = getattr(mps, "devices", None)
+    if callable(devices):
+        # The patched wheel (issue 3) says exactly which Metal device it chose.
+        listed = [d._asdict() if hasattr(d, "_asdict") else dict(d) for d in devices()]
+        chosen = [d for d in listed if d.get("selected")]
+        if chosen:
+            return str(chosen[0]["name"]), "torch.backends.mps.devices()", {"metal_devices": listed}
+    get_name = getattr(torch._C, "_mps_get_name", None)
+    if callable(get_name):
+        try:
+            return str(get_name()), "torch._C._mps_get_name()", {}
+        except RuntimeError:
+            pass
+    # Best effort on stock wheels: the first display adapter macOS reports. On a dual-GPU
+    # MacBook Pro this may not be the one MPS picked, which the report says.
+    try:
+        raw = subprocess.run(["system_profiler", "SPDisplaysDataType", "-json"],
+                             capture_output=True, text=True, timeout=60).stdout
+        gpus = json.loads(raw).get("SPDisplaysDataType", [])
+        names = [g.get("sppci_model", "") for g in gpus if g.get("sppci_model")]
+        if names:
+            return names[0], "system_profiler (first GPU; may not be the MPS device)", {"all_gpus": names}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass
+    return "unknown MPS device", "none", {}
+
+
+def describe(device: str) -> DeviceInfo:
+    if device == "cpu":
+        return DeviceInfo("cpu", _cpu_name(), "cpu", "cpuinfo", {"threads": torch.get_num_threads()})
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        name = torch.cuda.get_device_name(0)
+        details = {
+            "capability": list(torch.cuda.get_device_capability(0)),
+            "multiprocessors": props.multi_processor_count,
+            "total_memory": props.total_memory,
+            "cuda_runtime": torch.version.cuda,
+            "hip": getattr(torch.version, "hip", None),
+        }
+        return DeviceInfo("cuda", name, family_of(name, "cuda"), "torch.cuda.get_device_name", details)
+    if device == "xpu":
+        name = torch.xpu.get_device_name(0)
+        return DeviceInfo("xpu", name, family_of(name, "xpu"), "torch.xpu.get_device_name", {})
+    if device == "mps":
+        name, source, details = _mps_device_name()
+        details["macos"] = platform.mac_ver()[0]
+        return DeviceInfo("mps", name, family_of(name, "mps"), source, details)
+    raise ValueError(device)
+
+
+@functools.cache
+def dtype_supported(device: str, dtype: torch.dtype) -> tuple[bool, str]:
+    """Probe whether `device` can allocate and compute in `dtype` (bf16 on Intel/AMD MPS cannot,
+    upstream issue 141864). A probe beats a version table: the answer depends on the GPU,
+    the macOS release and the torch line together."""
+    try:
+        a = torch.arange(16, dtype=torch.float32).reshape(4, 4).to(device=device, dtype=dtype)
+        out = (a @ a + a).sum().to("cpu", torch.float32)
+        synchronize(device)
+        expected = float((torch.arange(16.0).reshape(4, 4) @ torch.arange(16.0).reshape(4, 4)).sum()
+                         + torch.arange(16.0).sum())
+        if abs(float(out) - expected) > 0.02 * abs(expected):
+            return False, f"{dtype} probe computed {float(out)} instead of {expected}"
+        return True, ""
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def torch_info() -> dict[str, Any]:
+    mps = getattr(torch.backends, "mps", None)
+    build_info_fn = getattr(mps, "build_info", None)
+    try:
+        build_info = build_info_fn() if callable(build_info_fn) else None
+    except Exception as exc:  # a broken build_info() must not hide the rest of the report
+        build_info = {"error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "version": torch.__version__,
+        "git_version": getattr(torch.version, "git_version", None),
+        "cuda": torch.version.cuda,
+        "mps_built": bool(mps is not None and mps.is_built()),
+        "patched_mps_api": bool(mps is not None and hasattr(mps, "allow_intel_gpu")),
+        "build_info": build_info,
+        "num_threads": torch.get_num_threads(),
+    }
+
+
+def host_info() -> dict[str, Any]:
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "cpu": _cpu_name(),
+        "macos": platform.mac_ver()[0] or None,
+    }

@@ -1,0 +1,462 @@
+"""Op parity against the CPU, driven by PyTorch's own OpInfo database.
+
+For each op of the curated set and each dtype, OpInfo's sample inputs are made on the CPU,
+copied to the device under test, and the device's outputs (and, for float32, gradients) are
+compared with the CPU's. How the reference is formed and why the tolerances are what they are
+is written in tolerances.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from ._device import synchronize
+
+TOLERANCES_FILE = Path(__file__).with_name("tolerances.yaml")
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+# Status of one (op, dtype, check) result. "fail" and "error" are unexpected failures unless
+# the known-failures file lists them.
+STATUS_ORDER = ("error", "fail", "unsupported", "fallback", "pass", "skip")
+
+# The message MPS gives (with PYTORCH_ENABLE_MPS_FALLBACK=1) when an op runs on the CPU instead.
+_FALLBACK_WARNING = re.compile(r"fall back to run on the CPU", re.IGNORECASE)
+# Messages that mean "this device/dtype has no kernel", as opposed to a crash in a kernel.
+_UNSUPPORTED_MESSAGE = re.compile(
+    r"not implemented for|not currently implemented|not supported|doesn't support|"
+    r"does not support|unsupported|no kernel|NotImplemented",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    # "element": rtol scales with each reference element. "max": with the largest reference
+    # magnitude of the output, for sums of products whose result may cancel to near zero
+    # while the rounding error stays that of the terms (tolerances.yaml, relative_to).
+    relative_to: str = "element"
+
+
+def load_tolerances(path: Path = TOLERANCES_FILE) -> dict[str, dict[str, Tolerance]]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    table: dict[str, dict[str, Tolerance]] = {}
+    for family, entry in data["families"].items():
+        scale = str(entry.get("relative_to", "element"))
+        if scale not in ("element", "max"):
+            raise ValueError(f"{path}: {family}: relative_to must be element or max, not {scale!r}")
+        table[family] = {k: Tolerance(float(v["atol"]), float(v["rtol"]), scale)
+                         for k, v in entry.items() if isinstance(v, dict)}
+    return table
+
+
+def training_tolerance(path: Path = TOLERANCES_FILE) -> Tolerance:
+    entry = yaml.safe_load(path.read_text(encoding="utf-8"))["training"]
+    return Tolerance(float(entry["atol"]), float(entry["rtol"]))
+
+
+@dataclass
+class Result:
+    op: str
+    family: str
+    dtype: str
+    check: str  # "forward" or "grad"
+    status: str
+    samples: int = 0
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    detail: str = ""
+    seconds: float = 0.0
+    known: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def import_op_db() -> list[Any]:
+    """Import OpInfo's op_db without letting it read our command line.
+
+    torch.testing._internal.common_utils parses sys.argv at import on 2.6 .. 2.9 (later lines
+    do it only in run_tests), and it would choke on or steal --device/--out.
+    """
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "regress"]
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    finally:
+        sys.argv = saved
+    return list(op_db)
+
+
+def opinfo_index(op_db: list[Any]) -> dict[str, Any]:
+    index: dict[str, Any] = {}
+    for info in op_db:
+        key = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+        index.setdefault(key, info)
+    return index
+
+
+# --- helpers over nested outputs -----------------------------------------------------------
+
+def _flatten(obj: Any) -> list[Any]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):  # also torch.return_types structseqs
+        return [t for item in obj for t in _flatten(item)]
+    if isinstance(obj, dict):
+        return [t for key in sorted(obj) for t in _flatten(obj[key])]
+    return [obj]
+
+
+def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, list):
+        return [_map_tensors(x, fn) for x in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_map_tensors(x, fn) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _to(device: str, dtype: torch.dtype | None) -> Callable[[Any], Any]:
+    """Copy a sample tensor (a fresh leaf; requires_grad kept) to device, optionally upcasting
+    the floating tensors of the tested low-precision dtype."""
+    def move(t: Any) -> Any:
+        if isinstance(t, torch.dtype):  # SampleInput.transform also maps dtype arguments
+            return torch.float32 if dtype is not None and t in LOW_PRECISION else t
+        out = t.detach().clone()
+        if dtype is not None and out.dtype in LOW_PRECISION:
+            out = out.to(dtype)
+        out = out.to(device)
+        if t.requires_grad and out.is_floating_point():
+            out.requires_grad_(True)
+        return out
+    return move
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    message: str = ""
+
+
+IndexCheck = Callable[[int, torch.Tensor, torch.Tensor], bool]
+
+
+def compare(actual: Any, expected: Any, tol: Tolerance, low_dtype: torch.dtype | None,
+            index_ok: IndexCheck | None = None) -> Comparison:
+    """Elementwise |a - e| <= atol + rtol |e|, same NaN/inf pattern, exact integers (or, for
+    index outputs, indices that select equal input values: `index_ok`)."""
+    acts, exps = _flatten(actual), _flatten(expected)
+    if len(acts) != len(exps):
+        return Comparison(False, message=f"{len(acts)} outputs vs {len(exps)} on the CPU")
+    worst = Comparison(True)
+    for i, (a, e) in enumerate(zip(acts, exps)):
+        if not isinstance(e, torch.Tensor):
+            if isinstance(a, torch.Tensor) or a != e:
+                return Comparison(False, message=f"output {i}: {a!r} vs CPU {e!r}")
+            continue
+        if not isinstance(a, torch.Tensor):
+            return Comparison(False, message=f"output {i}: not a tensor on the device")
+        a = a.detach().to("cpu")
+        e = e.detach()
+        if a.shape != e.shape:
+            return Comparison(False, message=f"output {i}: shape {tuple(a.shape)} vs CPU {tuple(e.shape)}")
+        if not e.is_floating_point() and not e.is_complex():
+            if a.dtype != e.dtype:
+                return Comparison(False, message=f"output {i}: dtype {a.dtype} vs CPU {e.dtype}")
+            if not torch.equal(a, e) and not (index_ok is not None and index_ok(i, a, e)):
+                bad = int((a != e).sum())
+                return Comparison(False, message=f"output {i}: {bad} of {e.numel()} integer elements differ")
+            continue
+        if low_dtype is not None and e.dtype == torch.float32:
+            e = e.to(low_dtype)  # round the reference like the device must (tolerances.yaml)
+        elif low_dtype is None and a.dtype != e.dtype:
+            return Comparison(False, message=f"output {i}: dtype {a.dtype} vs CPU {e.dtype}")
+        a64, e64 = a.to(torch.float64), e.to(torch.float64)
+        nan_a, nan_e = torch.isnan(a64), torch.isnan(e64)
+        if not torch.equal(nan_a, nan_e):
+            return Comparison(False, message=f"output {i}: NaN at {int((nan_a ^ nan_e).sum())} positions "
+                                             f"where the CPU has {'none' if not nan_e.any() else 'others'}")
+        inf_e = torch.isinf(e64)
+        if not torch.equal(torch.isinf(a64), inf_e) or not torch.equal(a64[inf_e], e64[inf_e]):
+            return Comparison(False, message=f"output {i}: infinities differ from the CPU's")
+        finite = ~(nan_e | inf_e)
+        if not finite.any():
+            continue
+        diff = (a64 - e64).abs()[finite]
+        ref = e64.abs()[finite]
+        max_abs = float(diff.max())
+        max_rel = float((diff / ref.clamp_min(1e-30)).max()) if ref.numel() else 0.0
+        worst.max_abs = max(worst.max_abs, max_abs)
+        worst.max_rel = max(worst.max_rel, max_rel)
+        scale = ref if tol.relative_to == "element" else ref.max().expand_as(ref)
+        bad = diff > tol.atol + tol.rtol * scale
+        if bool(bad.any()):
+            worst.ok = False
+            worst.message = (f"output {i}: {int(bad.sum())} of {int(finite.sum())} elements outside "
+                             f"atol={tol.atol:g} rtol={tol.rtol:g} (max abs err {max_abs:.3g})")
+    return worst
+
+
+def _arg(sample: Any, name: str, position: int, default: Any) -> Any:
+    if name in sample.kwargs:
+        return sample.kwargs[name]
+    return sample.args[position] if len(sample.args) > position else default
+
+
+def index_checker(op_name: str, sample: Any) -> IndexCheck | None:
+    """Ties: sort/topk/max/argmax may return any index of equal values (unstable sorts on
+    GPUs; float16 inputs have many equal values). A differing index is accepted when it
+    selects the same input value as the CPU's index; a wrong index selects another value."""
+    x = sample.input
+    if not isinstance(x, torch.Tensor) or x.ndim == 0:
+        return None
+    if op_name == "sort":
+        if sample.kwargs.get("stable"):
+            return None  # a stable sort's order of ties is defined: exact indices required
+        position, keepdim = 1, True
+        dim = _arg(sample, "dim", 0, -1)
+    elif op_name == "topk":
+        position, keepdim = 1, True
+        dim = _arg(sample, "dim", 1, -1)
+    elif op_name == "max.reduction_with_dim":
+        position = 1
+        dim, keepdim = _arg(sample, "dim", 0, None), bool(_arg(sample, "keepdim", 1, False))
+    elif op_name in ("argmax", "argmin"):
+        position = 0
+        dim, keepdim = _arg(sample, "dim", 0, None), bool(_arg(sample, "keepdim", 1, False))
+    else:
+        return None
+    values = x.detach()
+
+    def same_values(i: int, got: torch.Tensor, want: torch.Tensor) -> bool:
+        if i != position:
+            return False
+        if dim is None:
+            flat = values.flatten()
+            return torch.equal(flat[got.flatten()], flat[want.flatten()])
+        g, w = (got, want) if keepdim else (got.unsqueeze(dim), want.unsqueeze(dim))
+        return torch.equal(values.gather(dim, g), values.gather(dim, w))
+    return same_values
+
+
+# --- the planted fault ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlantedFault:
+    """Self-test: perturb one op's device output by `relative` noise. The suite must catch it."""
+    op: str = "add"
+    relative: float = 1e-2
+
+    def apply(self, out: Any, seed: int) -> Any:
+        gen = torch.Generator().manual_seed(seed)
+
+        def perturb(t: torch.Tensor) -> torch.Tensor:
+            if not t.is_floating_point():
+                return t
+            signs = (torch.randint(0, 2, t.shape, generator=gen) * 2 - 1).to(t.device, t.dtype)
+            return t * (1 + self.relative * signs)
+        return _map_tensors(out, perturb)
+
+
+def fault_from_env() -> PlantedFault | None:
+    """INTELMAC_REGRESS_PLANT_FAULT=<op>[:<relative>] plants the fault like --self-test."""
+    raw = os.environ.get("INTELMAC_REGRESS_PLANT_FAULT", "").strip()
+    if not raw:
+        return None
+    op, _, rel = raw.partition(":")
+    return PlantedFault(op or "add", float(rel) if rel else 1e-2)
+
+
+# --- running one op ------------------------------------------------------------------------
+
+def _sample_ok(op_name: str, sample: Any) -> bool:
+    # Dropout inside SDPA draws different random numbers on each device: not comparable.
+    if op_name == "nn.functional.scaled_dot_product_attention":
+        return float(sample.kwargs.get("dropout_p", 0.0) or 0.0) == 0.0
+    return True
+
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, NotImplementedError):
+        return "unsupported"
+    if isinstance(exc, (RuntimeError, TypeError, ValueError)) and _UNSUPPORTED_MESSAGE.search(str(exc)):
+        return "unsupported"
+    return "error"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+def _call(info: Any, sample: Any) -> Any:
+    out = info(sample.input, *sample.args, **sample.kwargs)
+    return sample.output_process_fn_grad(out) if sample.output_process_fn_grad else out
+
+
+def _grads(out: Any, inputs: list[torch.Tensor], weights: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    outs = [t for t in _flatten(out) if isinstance(t, torch.Tensor) and t.is_floating_point()
+            and t.requires_grad]
+    if not outs:
+        return []
+    total = sum((o.float() * w.to(o.device)).sum() for o, w in zip(outs, weights))
+    grads = torch.autograd.grad(total, inputs, allow_unused=True)
+    return [g.detach().to("cpu") if g is not None else None for g in grads]
+
+
+@dataclass
+class _Accumulator:
+    status: str = "pass"
+    samples: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    detail: str = ""
+
+    def worse(self, status: str, detail: str) -> None:
+        if STATUS_ORDER.index(status) < STATUS_ORDER.index(self.status):
+            self.status, self.detail = status, detail
+        elif status == "skip" and not self.detail:
+            self.detail = detail  # why a sample was left out, kept for the report
+
+
+@dataclass
+class ParityRunner:
+    device: str
+    tolerances: dict[str, dict[str, Tolerance]]
+    max_samples: int = 8
+    fault: PlantedFault | None = None
+    seed: int = 0
+    op_db_index: dict[str, Any] = field(default_factory=dict)
+
+    def run_op(self, op_name: str, family: str, dtype: torch.dtype) -> list[Result]:
+        dname = DTYPE_NAMES[dtype]
+        info = self.op_db_index.get(op_name)
+        if info is None:
+            return [Result(op_name, family, dname, "forward", "skip",
+                           detail="not in this torch's OpInfo database")]
+        try:
+            dev_type = torch.device(self.device).type
+            supported = info.supported_dtypes(dev_type)
+        except Exception:  # older OpInfo without per-device tables
+            supported = info.dtypes
+        if dtype not in supported and dtype not in info.dtypes:
+            return [Result(op_name, family, dname, "forward", "skip",
+                           detail=f"OpInfo declares no {dname} support")]
+        tol = self.tolerances[family][dname]
+        gtol = self.tolerances[family]["grad_float32"]
+        want_grad = dtype == torch.float32 and bool(getattr(info, "supports_autograd", False))
+        fwd, grad = _Accumulator(), _Accumulator()
+        started = time.perf_counter()
+        # Same seed for every op/dtype, on the CPU: the device and the CPU see identical inputs.
+        torch.manual_seed(self.seed)
+        try:
+            samples: Iterator[Any] = iter(info.sample_inputs("cpu", dtype, requires_grad=want_grad))
+            taken = 0
+            for index, sample in enumerate(samples):
+                if taken >= self.max_samples:
+                    break
+                if not _sample_ok(op_name, sample):
+                    continue
+                taken += 1
+                self._run_sample(info, op_name, sample, index, dtype, tol, gtol, want_grad, fwd, grad)
+        except Exception as exc:  # sample generation itself failed: a suite problem, say so
+            fwd.worse("error", f"sample generation: {_short(exc)}")
+        seconds = time.perf_counter() - started
+        results = [Result(op_name, family, dname, "forward", fwd.status if fwd.samples or fwd.status != "pass" else "skip",
+                          fwd.samples, fwd.max_abs, fwd.max_rel, tol.atol, tol.rtol,
+                          fwd.detail or ("" if fwd.samples else "no usable sample"), seconds)]
+        if want_grad and (grad.samples or grad.status != "pass"):
+            results.append(Result(op_name, family, dname, "grad", grad.status, grad.samples,
+                                  grad.max_abs, grad.max_rel, gtol.atol, gtol.rtol, grad.detail, 0.0))
+        return results
+
+    def _run_sample(self, info: Any, op_name: str, sample: Any, index: int, dtype: torch.dtype,
+                    tol: Tolerance, gtol: Tolerance, want_grad: bool,
+                    fwd: _Accumulator, grad: _Accumulator) -> None:
+        low = dtype if dtype in LOW_PRECISION else None
+        where = f"sample {index}"
+        # CPU reference: float32 for the low-precision dtypes (tolerances.yaml explains).
+        ref_sample = sample.transform(_to("cpu", torch.float32 if low else None))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # deprecation chatter of OpInfo samples
+                ref = _call(info, ref_sample)
+        except Exception as exc:
+            fwd.worse("skip", f"{where}: CPU reference raised {_short(exc)}")
+            return
+        dev_sample = sample.transform(_to(self.device, None))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                out = _call(info, dev_sample)
+                if self.fault is not None and self.fault.op == op_name:
+                    out = self.fault.apply(out, self.seed + index)
+                synchronize(self.device)
+            except Exception as exc:
+                fwd.worse(_classify(exc), f"{where}: {_short(exc)}")
+                return
+        fell_back = any(_FALLBACK_WARNING.search(str(w.message)) for w in caught)
+        fwd.samples += 1
+        cmp = compare(out, ref, tol, low, index_checker(op_name, ref_sample))
+        fwd.max_abs, fwd.max_rel = max(fwd.max_abs, cmp.max_abs), max(fwd.max_rel, cmp.max_rel)
+        if not cmp.ok:
+            fwd.worse("fail", f"{where}: {cmp.message}")
+            return
+        if fell_back:
+            # The op ran on the CPU through PYTORCH_ENABLE_MPS_FALLBACK: correct, but it is not
+            # device coverage, so it is reported apart from "pass".
+            fwd.worse("fallback", f"{where}: ran on the CPU through the MPS fallback")
+        if not want_grad:
+            return
+        ref_inputs = [t for t in _flatten((ref_sample.input, ref_sample.args, ref_sample.kwargs))
+                      if isinstance(t, torch.Tensor) and t.requires_grad]
+        dev_inputs = [t for t in _flatten((dev_sample.input, dev_sample.args, dev_sample.kwargs))
+                      if isinstance(t, torch.Tensor) and t.requires_grad]
+        ref_outs = [t for t in _flatten(ref) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                    and t.requires_grad]
+        if not ref_inputs or not ref_outs or not all(torch.isfinite(o).all() for o in ref_outs):
+            return
+        gen = torch.Generator().manual_seed(1000 + index)
+        weights = [torch.rand(o.shape, generator=gen, dtype=torch.float32) for o in ref_outs]
+        try:
+            ref_grads = _grads(ref, ref_inputs, weights)
+        except Exception as exc:
+            grad.worse("skip", f"{where}: CPU backward raised {_short(exc)}")
+            return
+        try:
+            dev_grads = _grads(out, dev_inputs, weights)
+            synchronize(self.device)
+        except Exception as exc:
+            grad.worse(_classify(exc), f"{where}: backward {_short(exc)}")
+            return
+        grad.samples += 1
+        pairs = [(d, r) for d, r in zip(dev_grads, ref_grads) if r is not None or d is not None]
+        for d, r in pairs:
+            if (d is None) != (r is None):
+                grad.worse("fail", f"{where}: gradient present on one side only")
+                return
+        cmp = compare([d for d, _ in pairs], [r for _, r in pairs], gtol, None)
+        grad.max_abs, grad.max_rel = max(grad.max_abs, cmp.max_abs), max(grad.max_rel, cmp.max_rel)
+        if not cmp.ok:
+            grad.worse("fail", f"{where}: gradient {cmp.message}")
