@@ -214,13 +214,16 @@ def _strings(mapping: Mapping[str, Any] | None, contexts: Mapping[str, Any]) -> 
             for key, value in (mapping or {}).items()}
 
 
-def _run_matrix_step(command: str) -> dict[str, str] | None:
+def _run_matrix_step(command: str, catalog: Catalog) -> dict[str, str] | None:
     """Outputs of a `python -m build_scripts matrix ... --github-output` step, computed."""
     if "build_scripts matrix" not in command or "--github-output" not in command:
         return None
     words = shlex.split(command)
     args = _matrix_parser().parse_args(words[words.index("build_scripts") + 1:])
-    catalog = _catalog_for(args)
+    if args.catalog:
+        from build_scripts import catalog as catalog_module
+
+        catalog = catalog_module.load(Path(args.catalog))
     lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines)
     if args.kind == "all":
         document = matrix_module.all_matrices(catalog, lines)
@@ -239,18 +242,6 @@ def _matrix_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_CATALOG_OVERRIDE: list[Catalog] = []
-
-
-def _catalog_for(args: Any) -> Catalog:
-    from build_scripts import catalog as catalog_module
-
-    if args.catalog:
-        return catalog_module.load(Path(args.catalog))
-    # The plan's own catalog (``--catalog`` of ci-plan) stands in for the repository's.
-    return _CATALOG_OVERRIDE[-1] if _CATALOG_OVERRIDE else catalog_module.load()
-
-
 def _expand_matrix(job_id: str, job: Mapping[str, Any],
                    contexts: Mapping[str, Any]) -> list[dict[str, Any]]:
     strategy = job.get("strategy") or {}
@@ -267,7 +258,8 @@ def _expand_matrix(job_id: str, job: Mapping[str, Any],
 
 
 def _job_runs(job: Mapping[str, Any], job_id: str, contexts: dict[str, Any],
-              workflow_env: Mapping[str, str]) -> tuple[list[JobRun], dict[str, Any]]:
+              workflow_env: Mapping[str, str],
+              catalog: Catalog) -> tuple[list[JobRun], dict[str, Any]]:
     runs: list[JobRun] = []
     outputs: dict[str, Any] = {}
     for entry in _expand_matrix(job_id, job, contexts):
@@ -303,7 +295,8 @@ def _job_runs(job: Mapping[str, Any], job_id: str, contexts: dict[str, Any],
             if "run" in raw:
                 script = expressions.to_string(expressions.interpolate(raw["run"], step_contexts))
                 step.run = _substitute_env(script, step_env)
-                produced = _run_matrix_step(step.run)
+                # The plan's catalog stands in for the repository's (ci-plan --catalog).
+                produced = _run_matrix_step(step.run, catalog)
                 if produced is not None and "id" in raw:
                     local["steps"][raw["id"]] = {"outputs": produced, "outcome": "success"}
             if "working-directory" in raw:
@@ -327,37 +320,33 @@ def make_plan(workflow_path: Path, catalog: Catalog, *, tag: str | None = None,
     jobs: list[Job] = []
     status_of: dict[str, str] = {}
     outputs_of: dict[str, dict[str, Any]] = {}
-    _CATALOG_OVERRIDE.append(catalog)
-    try:
-        for job_id in _ordered(jobs_yaml):
-            job = jobs_yaml[job_id]
-            needs = _needs(job)
-            skipped_needs = [need for need in needs if status_of[need].startswith("skipped")]
-            contexts["needs"] = {
-                need: {"outputs": outputs_of[need],
-                       "result": "skipped" if need in skipped_needs else "success"}
-                for need in needs
-            }
-            status = "runs"
-            if skipped_needs and not expressions.uses_status_function(job.get("if", "")):
-                status = f"skipped: needs {', '.join(skipped_needs)}, which is skipped"
-            elif "if" in job:
-                decided = expressions.condition(job["if"], contexts)
-                if decided is False:
-                    status = f"skipped: if {job['if']} is false"
-                elif isinstance(decided, Unknown):
-                    status = f"depends on run time: if {job['if']}"
-            runs: list[JobRun] = []
-            outputs: dict[str, Any] = {}
-            if not status.startswith("skipped"):
-                runs, outputs = _job_runs(job, job_id, contexts, workflow_env)
-            status_of[job_id] = status
-            outputs_of[job_id] = outputs
-            jobs.append(Job(id=job_id, needs=needs, status=status,
-                            permissions=job.get("permissions", workflow.get("permissions")),
-                            timeout_minutes=job.get("timeout-minutes", 360), runs=runs))
-    finally:
-        _CATALOG_OVERRIDE.pop()
+    for job_id in _ordered(jobs_yaml):
+        job = jobs_yaml[job_id]
+        needs = _needs(job)
+        skipped_needs = [need for need in needs if status_of[need].startswith("skipped")]
+        contexts["needs"] = {
+            need: {"outputs": outputs_of[need],
+                   "result": "skipped" if need in skipped_needs else "success"}
+            for need in needs
+        }
+        status = "runs"
+        if skipped_needs and not expressions.uses_status_function(job.get("if", "")):
+            status = f"skipped: needs {', '.join(skipped_needs)}, which is skipped"
+        elif "if" in job:
+            decided = expressions.condition(job["if"], contexts)
+            if decided is False:
+                status = f"skipped: if {job['if']} is false"
+            elif isinstance(decided, Unknown):
+                status = f"depends on run time: if {job['if']}"
+        runs: list[JobRun] = []
+        outputs: dict[str, Any] = {}
+        if not status.startswith("skipped"):
+            runs, outputs = _job_runs(job, job_id, contexts, workflow_env, catalog)
+        status_of[job_id] = status
+        outputs_of[job_id] = outputs
+        jobs.append(Job(id=job_id, needs=needs, status=status,
+                        permissions=job.get("permissions", workflow.get("permissions")),
+                        timeout_minutes=job.get("timeout-minutes", 360), runs=runs))
     return Plan(workflow=workflow_path, event=event, description=description, jobs=jobs)
 
 

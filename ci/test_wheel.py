@@ -28,8 +28,8 @@ class WheelSelectionError(Exception):
     pass
 
 
-def python_tag(version_info: Sequence[int] = sys.version_info) -> str:
-    return f"cp{version_info[0]}{version_info[1]}"
+def python_tag() -> str:
+    return f"cp{sys.version_info[0]}{sys.version_info[1]}"
 
 
 def select_wheel(wheel_dir: Path, tag: str | None = None) -> Path:

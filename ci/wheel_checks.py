@@ -234,7 +234,7 @@ class Checks:
                 f"{output[-2000:]}")
         if not available:
             reason = torch.backends.mps.unavailable_reason() or ""
-            require(reason and reason in output,
+            require(bool(reason) and reason in output,
                     f"python -m torch.backends.mps does not print the reason {reason!r}:\n{output[-2000:]}")
 
     def build_info(self) -> None:

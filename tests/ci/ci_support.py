@@ -31,7 +31,7 @@ def venv_tool(name: str) -> Path:
 
 
 def load_workflow(path: Path) -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load(path.read_text())
+    document: dict[Any, Any] = yaml.safe_load(path.read_text())
     if True in document:  # YAML 1.1 reads `on` as True
         document["on"] = document.pop(True)
     return document
