@@ -76,7 +76,7 @@ PEAKS: tuple[Peak, ...] = (
     Peak("AMD Radeon Pro W6800X", r"w6800x", 16000, 512, "AMD: up to 16.0 TFLOPS (Mac Pro MPX module)"),
     Peak("AMD Radeon Pro W6900X", r"w6900x", 22200, 512, "AMD: up to 22.2 TFLOPS (Mac Pro MPX module)"),
     # --- Apple silicon (Apple's keynote figures; full-core variants) ---
-    Peak("Apple M1 Ultra", r"apple m1 ultra", 21000, 800, "Apple: 21 TFLOPS (64-core GPU)", bf16_gflops=None),
+    Peak("Apple M1 Ultra", r"apple m1 ultra", 21000, 800, "Apple: 21 TFLOPS (64-core GPU)"),
     Peak("Apple M1 Max", r"apple m1 max", 10400, 400, "Apple: 10.4 TFLOPS (32-core GPU)"),
     Peak("Apple M1 Pro", r"apple m1 pro", 5200, 200, "Apple: 5.2 TFLOPS (16-core GPU; the 14-core part has 4.5)"),
     Peak("Apple M1", r"apple m1\b", 2600, 68.25, "Apple: 2.6 TFLOPS (8-core GPU)"),
@@ -92,7 +92,8 @@ PEAKS: tuple[Peak, ...] = (
 
 
 def lookup(device_name: str) -> Peak | None:
-    low = device_name.lower()
+    # Metal spells Intel GPUs "Intel(R) Iris(TM) Plus Graphics 655": drop the marks first.
+    low = " ".join(re.sub(r"\((r|tm)\)", " ", device_name.lower()).split())
     for peak in PEAKS:
         if re.search(peak.pattern, low):
             return peak
