@@ -36,7 +36,14 @@ class FileServer:
             def do_GET(self) -> None:
                 server._handle(self)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                # A client that hangs up (the CLI after an error status, or a cut we
+                # caused) is expected here; keep it off stderr, which the tests read.
+                server.errors += 1
+
+        self.errors = 0
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
