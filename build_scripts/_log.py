@@ -33,6 +33,7 @@ from .errors import BuildError
 
 #: ninja's status line, e.g. ``[123/4567] Building CXX object ...``.
 _NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+_QUIET_NOTE_EVERY = 60.0  # seconds between progress lines when stderr is not a terminal
 
 
 def format_command(argv: Sequence[str | os.PathLike[str]]) -> str:
@@ -126,6 +127,7 @@ class Log:
                 bufsize=1,
             )
             assert process.stdout is not None
+            last_note = started
             for line in process.stdout:
                 log.write(line)
                 tail.append(line.rstrip("\n"))
@@ -133,7 +135,14 @@ class Log:
                 if counts:
                     done, total = counts
                     progress = f" · [{done}/{total}] {100 * done // total}%"
-                status.update(f"{label} · {elapsed(time.monotonic() - started)}{progress}")
+                now = time.monotonic()
+                current = f"{label} · {elapsed(now - started)}{progress}"
+                status.update(current)
+                if not self.console.is_terminal and now - last_note >= _QUIET_NOTE_EVERY:
+                    # No live line in a CI log: a line a minute shows the build is alive
+                    # (and keeps "no output" watchdogs quiet) without the compiler's wall.
+                    self.info(current)
+                    last_note = now
             code = process.wait()
             log.write(f"# exit status {code} after {elapsed(time.monotonic() - started)}\n")
         if code != 0:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
 
 import yaml
 
@@ -322,6 +323,13 @@ def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> 
     import requests
 
     destination.parent.mkdir(parents=True, exist_ok=True)
+    if urlparse(url).scheme == "file":
+        # requests has no file:// adapter; the catalog allows such URLs for local mirrors.
+        local = Path(url2pathname(urlparse(url).path))
+        if not local.is_file():
+            raise BuildError(f"{url}: no such file.")
+        shutil.copyfile(local, _part_paths(destination)[0])
+        return
     attempt = 0
     with requests.Session() as session:
         while True:

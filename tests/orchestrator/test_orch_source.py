@@ -40,6 +40,14 @@ def test_download_checks_and_extracts(project: Project) -> None:
     assert project.server.count(project.tarball_name) == before
 
 
+def test_file_url_mirror_is_checked_against_the_pin(project: Project) -> None:
+    project.rewrite_catalog(url=project.tarball.as_uri())
+    result = project.cli("fetch")
+    assert result.code == 0, result.text
+    assert f"sha256 OK: {project.sha256}" in result.err
+    assert project.server.requests == []
+
+
 def test_interrupted_download_resumes_with_range(project: Project) -> None:
     size = project.tarball.stat().st_size
     project.server.cut(project.tarball_name, size // 2)
