@@ -69,7 +69,7 @@ def _strip(path: str) -> str:
 def _git_apply(cwd: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(cwd.resolve().parent), LC_ALL="C")
     return subprocess.run(
-        ["git", "apply", "-p1", "--whitespace=nowarn", *extra, str(patch)],
+        ["git", "apply", "-p1", "--whitespace=nowarn", *extra, str(patch.resolve())],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -113,3 +113,11 @@ def test_min_macos_matches_upstream_per_line() -> None:
         added = "".join(_added(PATCHES / line / "0002-mps-select-device-through-policy.patch",
                                "aten/src/ATen/mps/MPSDevice.mm"))
         assert f'kMinMacOS = "{expected[line]}"' in added, line
+
+
+def test_minimum_macos_in_0002_matches_the_catalog() -> None:
+    """The reason string names the catalog's minimum macOS, so the two cannot drift apart."""
+    for line in catalog.load().lines:
+        (patch,) = [p for p in line.patches if p.name.startswith("0002-")]
+        found = re.findall(r'^\+constexpr const char\* kMinMacOS = "([0-9.]+)";$', patch.read_text(), re.M)
+        assert found == [line.mps_min_macos], f"{patch}: kMinMacOS {found} vs catalog {line.mps_min_macos}"
