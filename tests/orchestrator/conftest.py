@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+# The helpers sit beside the tests under names no other test folder uses.
 sys.path.insert(0, str(Path(__file__).parent))
 
 from orch_fixture import (
@@ -19,81 +19,8 @@ from orch_fixture import (
     write_series,
     write_tree,
 )
+from orch_project import VERSION, Project
 from orch_server import FileServer
-
-from build_scripts import cli
-
-VERSION = "1.0.0"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def text(self) -> str:
-        return self.out + self.err
-
-
-@dataclass
-class Project:
-    """A fixture catalog, its upstream tarball on the server, and private folders."""
-
-    root: Path
-    server: FileServer
-    capsys: pytest.CaptureFixture[str]
-    catalog: Path
-    tarball: Path
-    url: str
-    sha256: str
-    patches: list[Path]
-    version: str = VERSION
-    extra: list[str] = field(default_factory=list)
-
-    @property
-    def work(self) -> Path:
-        return self.root / "work"
-
-    @property
-    def cache(self) -> Path:
-        return self.root / "cache"
-
-    @property
-    def wheels(self) -> Path:
-        return self.root / "wheels"
-
-    @property
-    def tarball_name(self) -> str:
-        return self.tarball.name
-
-    def cli(self, command: str, *args: str) -> Result:
-        argv = [
-            command,
-            "--catalog", str(self.catalog),
-            "--work-dir", str(self.work),
-            "--cache-dir", str(self.cache),
-            "--wheels-dir", str(self.wheels),
-            "--backoff", "0",
-            "--timeout", "5",
-            *self.extra,
-            *args,
-        ]  # fmt: skip
-        self.capsys.readouterr()
-        code = cli.main(argv)
-        captured = self.capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    def rewrite_catalog(self, **line: object) -> None:
-        entry: dict[str, object] = {
-            "version": self.version,
-            "url": self.url,
-            "sha256": self.sha256,
-            "patches": self.patches,
-        }
-        entry.update(line)
-        write_catalog(self.catalog.parent, [entry])
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Project
+from orch_project import Project
 
 from build_scripts import cli
 

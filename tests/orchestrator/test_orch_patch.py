@@ -7,8 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import Project
 from orch_fixture import MPS_BEFORE, POLICY_PATH, write_conflicting_patch
+from orch_project import Project
 
 
 def _snapshot(tree: Path) -> dict[str, str]:

@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import Project
+from orch_project import Project
 
 from build_scripts import buildinfo
 

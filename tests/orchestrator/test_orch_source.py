@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Project
 from orch_fixture import tar_bytes
+from orch_project import Project
 
 from build_scripts import source
 
