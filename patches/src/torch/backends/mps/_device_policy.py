@@ -12,16 +12,18 @@ script, ``python -m torch.backends.mps`` and the C++ backend can never disagree.
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import json
 import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, TYPE_CHECKING
 
 import torch
+
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 
 __all__ = ["MPSDeviceInfo", "build_info", "devices", "unavailable_reason"]
@@ -204,7 +206,10 @@ def build_info() -> Optional[Dict[str, Any]]:
     return None
 
 
-def _torch_distributions() -> List[importlib.metadata.Distribution]:
+def _torch_distributions() -> "List[importlib.metadata.Distribution]":
+    # Imported here, not at the top: this module is imported by `import torch`.
+    import importlib.metadata
+
     # Only the .dist-info beside the torch package that is imported counts: another torch
     # elsewhere on sys.path (a user site, a source checkout) says nothing about this one.
     site = str(Path(torch.__file__).resolve().parent.parent)
@@ -346,6 +351,8 @@ def format_report(data: Dict[str, Any]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m torch.backends.mps``: exit 0 when MPS is usable, 1 when it is not."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="python -m torch.backends.mps",
         description="Show the Metal devices, which one the MPS backend uses and why, "
