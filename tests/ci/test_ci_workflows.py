@@ -104,6 +104,15 @@ def test_github_workflow_schema() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_dependabot_config_schema() -> None:
+    # Dependabot keeps the SHA pins current; a broken config would silently stop that.
+    result = subprocess.run(
+        [str(tool("check-jsonschema")), "--builtin-schema", "vendor.dependabot",
+         str(REPO / ".github" / "dependabot.yml")], capture_output=True, text=True, timeout=120,
+        check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_no_hard_coded_versions() -> None:
     catalog = catalog_module.load()
     for path in WORKFLOW_FILES:
