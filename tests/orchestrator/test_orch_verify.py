@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import struct
 import subprocess
@@ -107,7 +108,9 @@ def test_check_binaries_inside_a_wheel(tmp_path: Path) -> None:
 @pytest.mark.upstream
 def test_reader_on_an_official_upstream_wheel() -> None:
     """The real 2.6.0 arm64 wheel: an rpath into the CI machine and a duplicate LC_RPATH."""
-    root = Path("/root/.cache/pytorch-upstream/wheel-2.6.0-arm64/torch")
+    # Where ../shared/tools/upstream-wheel keeps it; not fetched here (no network in tests).
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytorch-upstream"
+    root = cache / "wheel-2.6.0-arm64" / "torch"
     if not root.is_dir():
         pytest.skip(
             "the unpacked upstream wheel is not on this machine (../shared/tools/upstream-wheel)"
