@@ -64,6 +64,24 @@ def versions_for_tag(catalog: Catalog, tag: str) -> TagSelection:
     )
 
 
+def refuse_unpinned(catalog: Catalog, tag: str, versions: Sequence[str]) -> None:
+    """A release ships only wheels built from a tarball whose sha256 was pinned in advance.
+
+    Trust-on-first-use is fine for checking that patches apply and for trial builds
+    (workflow_dispatch), not for what users install.
+    """
+    unpinned = [v for v in versions if catalog.line(v).source.sha256 is None]
+    if unpinned:
+        raise BuildError(
+            f"{tag} would release {', '.join(unpinned)}, whose source tarball has no sha256 pin "
+            f"in {catalog.path}.\n"
+            "Pin it first: compare the hash that verify-patches printed (trust on first use) "
+            "with an independent one, e.g. the asset digest GitHub shows for the tarball on "
+            "PyTorch's release page, then set source.sha256 and source.pin_origin "
+            "(docs/releasing.md, 'Unpinned sources')."
+        )
+
+
 def select_lines(catalog: Catalog, *, tag: str | None = None,
                  lines: str | None = None) -> tuple[ReleaseLine, ...]:
     """The catalog's lines, narrowed by a tag or by a comma list ('all' or empty: every line)."""
@@ -71,6 +89,7 @@ def select_lines(catalog: Catalog, *, tag: str | None = None,
         raise BuildError("Give either --tag or --lines, not both.")
     if tag:
         wanted: Sequence[str] = versions_for_tag(catalog, tag).versions
+        refuse_unpinned(catalog, tag, wanted)
     elif lines and lines.strip() not in ("", "all"):
         wanted = [part.strip() for part in re.split(r"[,\s]+", lines.strip()) if part.strip()]
     else:
@@ -103,8 +122,12 @@ def _line_fields(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
 
 
 def build_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
+    pinned = line.source.sha256 is not None
     return {
         **_line_fields(catalog, line),
+        # Only a workflow_dispatch trial build can reach an unpinned line (tags refuse it).
+        "pinned": pinned,
+        "fetch_args": "" if pinned else "--trust-on-first-use",
         "python": list(line.python),
         # The forms the steps need, so that no step has to reformat a list in shell.
         "python_args": " ".join(line.python),  # make build PYTHON="3.11 3.12"

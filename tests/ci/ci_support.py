@@ -63,6 +63,20 @@ def edit_catalog(path: Path, edit: Any) -> None:
     path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
+def pin_everything(document: dict[str, Any]) -> None:
+    """Give unpinned lines a stand-in sha256, so that release tags may select them."""
+    for line in document["lines"]:
+        if line["source"]["sha256"] is None:
+            line["source"]["sha256"] = "0" * 64
+            line["source"]["pin_origin"] = "test stand-in"
+
+
+def pinned_catalog(tmp_path: Path) -> Path:
+    path = copy_catalog(tmp_path)
+    edit_catalog(path, pin_everything)
+    return path
+
+
 # -- a stand-in for the patched torch: the issue-3 Python contract in pure Python ---------------
 
 FAKE_MPS = '''

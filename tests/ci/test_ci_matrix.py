@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 import yaml
-from ci_support import RELEASE, copy_catalog, edit_catalog, load_workflow, run_cli
+from ci_support import (
+    RELEASE,
+    copy_catalog,
+    edit_catalog,
+    load_workflow,
+    pinned_catalog,
+    run_cli,
+)
 
 from build_scripts import catalog as catalog_module
 from build_scripts.errors import BuildError, CatalogError
@@ -141,15 +148,42 @@ def test_changing_a_patch_changes_the_cache_fingerprint(tmp_path: Path,
 
 
 @pytest.mark.parametrize("version", catalog_module.load().versions)
-def test_a_line_tag_selects_only_that_line(version: str, capsys: pytest.CaptureFixture[str]) -> None:
-    everything = cli_matrix(capsys, "--kind", "all", "--tag", f"v{version}-1")
+def test_a_line_tag_selects_only_that_line(version: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    everything = cli_matrix(capsys, "--kind", "all", "--tag", f"v{version}-1",
+                            "--catalog", str(pinned_catalog(tmp_path)))
     assert everything["versions"] == [version]
     assert {e["version"] for e in everything["test"]["include"]} == {version}
 
 
-def test_a_release_tag_selects_every_line(capsys: pytest.CaptureFixture[str]) -> None:
-    everything = cli_matrix(capsys, "--kind", "all", "--tag", "refs/tags/release-20261122")
+def test_a_release_tag_selects_every_line(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    everything = cli_matrix(capsys, "--kind", "all", "--tag", "refs/tags/release-20261122",
+                            "--catalog", str(pinned_catalog(tmp_path)))
     assert everything["versions"] == list(catalog_module.load().versions)
+
+
+@pytest.mark.parametrize("tag", ["v2.14.1-1", "release-20261122"])
+def test_release_tags_refuse_unpinned_sources(tag: str, tmp_path: Path) -> None:
+    path = copy_catalog(tmp_path)
+
+    def unpin(doc: dict[str, Any]) -> None:
+        line = next(entry for entry in doc["lines"] if entry["version"] == "2.14.1")
+        line["source"]["sha256"] = None
+
+    edit_catalog(path, unpin)
+    with pytest.raises(BuildError, match="2.14.1, whose source tarball has no sha256 pin"):
+        run_cli(["matrix", "--kind", "all", "--tag", tag, "--catalog", str(path)])
+    # A trial build (workflow_dispatch) may still fetch it, with trust on first use.
+    assert run_cli(["matrix", "--kind", "build", "--lines", "2.14.1", "--catalog", str(path)]) == 0
+
+
+def test_trial_builds_of_unpinned_lines_say_trust_on_first_use(
+        capsys: pytest.CaptureFixture[str], raw_catalog: dict[str, Any]) -> None:
+    build = {e["version"]: e for e in cli_matrix(capsys, "--kind", "build")["include"]}
+    for line in raw_catalog["lines"]:
+        pinned = line["source"]["sha256"] is not None
+        assert build[line["version"]]["fetch_args"] == ("" if pinned else "--trust-on-first-use")
 
 
 def test_dispatch_lines_input(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ci_support import RELEASE, copy_catalog, edit_catalog, run_cli
+from ci_support import RELEASE, copy_catalog, edit_catalog, pinned_catalog, run_cli
 
 from build_scripts import catalog as catalog_module
 from build_scripts.errors import BuildError
@@ -14,8 +14,9 @@ from ci import expressions, plan
 
 
 @pytest.fixture(scope="module")
-def catalog() -> catalog_module.Catalog:
-    return catalog_module.load()
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> catalog_module.Catalog:
+    # Every line pinned, so that every release tag is allowed (unpinned ones are refused).
+    return catalog_module.load(pinned_catalog(tmp_path_factory.mktemp("catalog")))
 
 
 def runs_of(result: plan.Plan, job_id: str) -> list[plan.JobRun]:
@@ -31,7 +32,8 @@ def test_line_tag_builds_one_line_with_all_its_pythons(catalog: catalog_module.C
     result = plan.make_plan(RELEASE, catalog, tag=f"v{line.version}-1")
     (build,) = runs_of(result, "build")
     assert build.runs_on == "macos-15-intel"
-    assert f'make build VERSION="{line.version}" PYTHON="{" ".join(line.python)}"' in commands(build)
+    assert (f'make build VERSION="{line.version}" PYTHON="{" ".join(line.python)}" BUILD_ARGS=""'
+            in commands(build))
     tests = runs_of(result, "test-wheel")
     assert [run.name for run in tests] == [f"test {line.version} / Python {p}" for p in line.python]
     for run, python in zip(tests, line.python):
@@ -99,14 +101,13 @@ def test_plan_follows_the_workflow_file_not_a_copy_of_it(tmp_path: Path,
     changed = tmp_path / "release.yml"
     shutil.copy(RELEASE, changed)
     changed.write_text(changed.read_text().replace(
-        'make build VERSION="$VERSION" PYTHON="$PYTHONS"',
-        'make build VERSION="$VERSION" PYTHON="$PYTHONS" BUILD_ARGS=--no-wait'))
+        'BUILD_ARGS="$FETCH_ARGS"', 'BUILD_ARGS="$FETCH_ARGS --no-wait"'))
     (build,) = runs_of(plan.make_plan(changed, catalog, tag="v2.15.0-1"), "build")
-    assert any(c.endswith("BUILD_ARGS=--no-wait") for c in commands(build))
+    assert any(c.endswith('BUILD_ARGS=" --no-wait"') for c in commands(build))
 
 
 def test_plan_follows_the_catalog(tmp_path: Path) -> None:
-    path = copy_catalog(tmp_path)
+    path = pinned_catalog(tmp_path)
     edit_catalog(path, lambda doc: doc["lines"][0].update(python=["3.12"]))
     edited = catalog_module.load(path)
     version = edited.lines[0].version
@@ -118,6 +119,18 @@ def test_plan_follows_the_catalog(tmp_path: Path) -> None:
 def test_tags_that_would_not_release_are_refused(tag: str, catalog: catalog_module.Catalog) -> None:
     with pytest.raises(BuildError):
         plan.make_plan(RELEASE, catalog, tag=tag)
+
+
+def test_unpinned_lines_build_only_in_trial_runs(tmp_path: Path) -> None:
+    path = copy_catalog(tmp_path)
+    edit_catalog(path, lambda doc: doc["lines"][0]["source"].update(sha256=None))
+    unpinned = catalog_module.load(path)
+    version = unpinned.lines[0].version
+    with pytest.raises(BuildError, match="no sha256 pin"):
+        plan.make_plan(RELEASE, unpinned, tag=f"v{version}-1")
+    (build,) = runs_of(plan.make_plan(RELEASE, unpinned, lines=version), "build")
+    assert any(c.endswith('BUILD_ARGS="--trust-on-first-use"') for c in commands(build))
+    assert any(step.name.startswith("Unpinned source") for step in build.steps)
 
 
 def test_cli_prints_graph_and_commands(capsys: pytest.CaptureFixture[str]) -> None:
