@@ -56,11 +56,13 @@ def _time_on(kernel: _kernels.Kernel, device: str, budget: float) -> dict[str, A
 
 
 def _percent(kernel: _kernels.Kernel, result: dict[str, Any], peak: _peaks.Peak | None,
-             tf32: bool) -> float | None:
+             tf32: dict[str, bool]) -> float | None:
     if peak is None or "error" in result:
         return None
     if kernel.flops and kernel.group in ("matmul", "conv2d", "training"):
-        top = _peaks.compute_peak(peak, kernel.dtype, tf32)
+        # float32 convolutions use TF32 tensor cores under cuDNN's default (allow_tf32=True);
+        # matmuls do not under torch's default precision "highest". Each against its own peak.
+        top = _peaks.compute_peak(peak, kernel.dtype, tf32["conv" if kernel.group == "conv2d" else "matmul"])
         return 100.0 * result["gflops"] / top if top else None
     if kernel.bytes and peak.bandwidth_gbs:
         return 100.0 * result["gbps"] / peak.bandwidth_gbs
@@ -95,8 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     info = describe(device)
     peak = _peaks.lookup(info.name) if device != "cpu" else None
-    # TF32 is torch's default for neither matmul nor (since 2.x) the benchmark: report which.
-    tf32 = device == "cuda" and torch.get_float32_matmul_precision() != "highest"
+    # Which float32 kernels may run on TF32 tensor cores under torch's defaults on CUDA:
+    # matmul no (precision "highest"), cuDNN convolutions yes (cudnn.allow_tf32). Measured as
+    # users get them; the percent of peak uses the matching peak.
+    tf32 = {"matmul": device == "cuda" and torch.get_float32_matmul_precision() != "highest",
+            "conv": device == "cuda" and bool(torch.backends.cudnn.allow_tf32)}
     budget = args.budget if args.budget is not None else (0.2 if args.smoke else 2.0)
     all_threads = torch.get_num_threads()
     kernels = _kernels.suite(args.smoke, args.matmul_bf16 or None)
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak": None if peak is None else {**peak.__dict__},
         "options": {"smoke": args.smoke, "matmul_bf16": args.matmul_bf16, "budget_s": budget,
                     "cpu_threads_all": all_threads, "float32_matmul_precision": torch.get_float32_matmul_precision(),
-                    "tf32": tf32, "argv": sys.argv[1:] if argv is None else argv},
+                    "tf32": tf32["matmul"], "tf32_conv": tf32["conv"], "argv": sys.argv[1:] if argv is None else argv},
         "speedup": speedups(rows),
         "kernels": rows,
     }

@@ -36,7 +36,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"- Device: `{dev['type']}` = **{dev['name']}** (family `{dev['family']}`)",
         f"- Peak table entry: {peak['name'] + ' - ' + peak['source'] if peak else 'none (unknown device: no percent of peak)'}",
         f"- CPU: {report['host']['cpu']}, {opts['cpu_threads_all']} threads for the all-threads baseline",
-        f"- torch {report['torch']['version']}; float32 matmul precision `{opts['float32_matmul_precision']}` (TF32 {'on' if opts['tf32'] else 'off'})",
+        f"- torch {report['torch']['version']}; float32 matmul precision `{opts['float32_matmul_precision']}` (TF32 for matmul {'on' if opts['tf32'] else 'off'}, for cuDNN convolutions {'on' if opts.get('tf32_conv') else 'off'})",
+        "- conv2d GFLOPS count direct-convolution FLOPs; Winograd/FFT algorithms do fewer, so their "
+        "effective rate can pass the peak.",
         f"- Run: {report['started_at']} .. {report['finished_at']}{' (SMOKE: tiny sizes, numbers mean nothing)' if opts['smoke'] else ''}",
         "- Times are medians in ms with the interquartile range, after warm-up, with device synchronisation.",
         "",
@@ -56,6 +58,11 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {row['name']} | {_fmt_time(row['device'])} | {_fmt_rate(row['device'])} | {pct} | "
                      f"{_fmt_time(row.get('cpu_1_thread', {}))} | {_fmt_time(row.get('cpu_all_threads', {}))} | "
                      f"{_speed(row, 'cpu_1_thread')} | {_speed(row, 'cpu_all_threads')} |")
+    lines.append("")
+    for row in report["kernels"]:
+        if row.get("percent_of_measured_bf16") is not None:
+            lines.append(f"- {row['name']}: {row['percent_of_measured_bf16']:.1f}% of the bf16 rate measured on this "
+                         f"GPU model ({peak['measured_bf16_gflops'] / 1e3:.0f} TFLOP/s, the peak table's reference)")
     lines.append("")
     return "\n".join(lines)
 
