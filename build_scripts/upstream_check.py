@@ -99,14 +99,18 @@ def normalise_version(raw: str) -> str:
     try:
         version = Version(raw.strip())
     except InvalidVersion:
-        raise BuildError(f"'{raw}' is not a PyTorch version; pass the release line with --version X.Y.Z") from None
+        raise BuildError(
+            f"'{raw}' is not a PyTorch version; pass the release line with --version X.Y.Z"
+        ) from None
     return f"{version.major}.{version.minor}.{version.micro}"
 
 
 def detect_tree(root: Path) -> UpstreamTree:
     """Recognise an upstream source tree or an unpacked wheel, and its version."""
     if not root.is_dir():
-        raise BuildError(f"{root} is not a directory; give a PyTorch source tree or an unpacked torch wheel")
+        raise BuildError(
+            f"{root} is not a directory; give a PyTorch source tree or an unpacked torch wheel"
+        )
     version_txt = root / "version.txt"
     if version_txt.is_file():
         return UpstreamTree(root, "source", version_txt.read_text(encoding="utf-8").strip())
@@ -115,7 +119,9 @@ def detect_tree(root: Path) -> UpstreamTree:
         metadata = dist_infos[0] / "METADATA"
         if not metadata.is_file():
             raise BuildError(f"{dist_infos[0]} has no METADATA: is the wheel fully unpacked?")
-        headers = email.parser.Parser().parsestr(metadata.read_text(encoding="utf-8"), headersonly=True)
+        headers = email.parser.Parser().parsestr(
+            metadata.read_text(encoding="utf-8"), headersonly=True
+        )
         version = headers.get("Version")
         if not version:
             raise BuildError(f"{metadata} names no Version")
@@ -131,7 +137,9 @@ def wheel_path(path: str) -> str | None:
     if path.endswith((".mm", ".cpp", ".cu", ".c", ".txt", ".cmake", ".bzl")):
         return None
     if path.startswith("aten/src/ATen/"):
-        return "torch/include/ATen/" + path[len("aten/src/ATen/"):] if path.endswith(".h") else None
+        return (
+            "torch/include/ATen/" + path[len("aten/src/ATen/") :] if path.endswith(".h") else None
+        )
     if path.startswith("c10/") and path.endswith(".h"):
         return "torch/include/" + path
     if path.startswith("torch/csrc/") and path.endswith(".h"):
@@ -180,7 +188,9 @@ def materialise_header(patches: Sequence[Path], dest: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="policy-patches-") as scratch:
         header_only = filter_series(patches, lambda path: path == POLICY_HEADER, Path(scratch))
         if not header_only:
-            raise BuildError(f"the series does not create {POLICY_HEADER} (patch 0001 missing from the catalog?)")
+            raise BuildError(
+                f"the series does not create {POLICY_HEADER} (patch 0001 missing from the catalog?)"
+            )
         dest.mkdir(parents=True, exist_ok=True)
         patching.apply_series(dest, header_only)
     return dest / "aten" / "src"
@@ -423,11 +433,24 @@ def build_shim(include_root: Path, dest: Path) -> Path:
     source = dest / "policy_shim.cpp"
     source.write_text(SHIM_SOURCE, encoding="utf-8")
     library = dest / "policy_shim.so"
-    argv = [compiler(), "-std=c++17", "-O1", "-Wall", "-Werror", "-shared", "-fPIC",
-            f"-I{include_root}", str(source), "-o", str(library)]
+    argv = [
+        compiler(),
+        "-std=c++17",
+        "-O1",
+        "-Wall",
+        "-Werror",
+        "-shared",
+        "-fPIC",
+        f"-I{include_root}",
+        str(source),
+        "-o",
+        str(library),
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise BuildError(f"the policy shim does not compile against {include_root}:\n{result.stderr.strip()}")
+        raise BuildError(
+            f"the policy shim does not compile against {include_root}:\n{result.stderr.strip()}"
+        )
     return library
 
 
@@ -450,16 +473,38 @@ def c_parse_bool_env(library: Path, raw: str | None) -> tuple[bool | None, str]:
 GIB = 1024**3
 
 
-def _device(name: str, registry_id: int, *, low_power: bool = False, removable: bool = False,
-            headless: bool = False, unified_memory: bool = False, working_set: int = 4 * GIB,
-            mac2: bool = True, apple: bool = False) -> dict[str, Any]:
-    return {"name": name, "registry_id": registry_id, "low_power": low_power, "removable": removable,
-            "headless": headless, "unified_memory": unified_memory, "working_set": working_set,
-            "supports_mac2": mac2, "apple_gpu": apple}
+def _device(
+    name: str,
+    registry_id: int,
+    *,
+    low_power: bool = False,
+    removable: bool = False,
+    headless: bool = False,
+    unified_memory: bool = False,
+    working_set: int = 4 * GIB,
+    mac2: bool = True,
+    apple: bool = False,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "registry_id": registry_id,
+        "low_power": low_power,
+        "removable": removable,
+        "headless": headless,
+        "unified_memory": unified_memory,
+        "working_set": working_set,
+        "supports_mac2": mac2,
+        "apple_gpu": apple,
+    }
 
 
-UHD630 = _device("Intel(R) UHD Graphics 630", 0x1001, low_power=True, unified_memory=True,
-                 working_set=1536 * 1024**2)
+UHD630 = _device(
+    "Intel(R) UHD Graphics 630",
+    0x1001,
+    low_power=True,
+    unified_memory=True,
+    working_set=1536 * 1024**2,
+)
 PRO5500M = _device("AMD Radeon Pro 5500M", 0x2001, working_set=8 * GIB)
 VEGA_II_A = _device("AMD Radeon Pro Vega II", 0x3001, working_set=32 * GIB)
 VEGA_II_B = _device("AMD Radeon Pro Vega II", 0x3002, headless=True, working_set=32 * GIB)
@@ -710,7 +755,11 @@ class Sandbox:
 
     def environment(self, mac: str, env: Mapping[str, str], has_mps: bool) -> dict[str, str]:
         # Only what the run needs: PYTORCH_MPS_* of the caller must not leak in.
-        base = {key: os.environ[key] for key in ("PATH", "HOME", "SYSTEMROOT", "TMPDIR") if key in os.environ}
+        base = {
+            key: os.environ[key]
+            for key in ("PATH", "HOME", "SYSTEMROOT", "TMPDIR")
+            if key in os.environ
+        }
         base.update(
             PYTHONPATH=str(self.root),
             PYTHONDONTWRITEBYTECODE="1",
@@ -723,30 +772,61 @@ class Sandbox:
         base.update(env)
         return base
 
-    def probe(self, mac: str, steps: Sequence[str], env: Mapping[str, str] | None = None,
-              *, has_mps: bool = True) -> list[ProbeRecord]:
+    def probe(
+        self,
+        mac: str,
+        steps: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        has_mps: bool = True,
+    ) -> list[ProbeRecord]:
         """Run ``steps`` in a fresh interpreter on the pretend Mac ``mac``."""
         result = subprocess.run(
             [sys.executable, str(self.root / "intelmac_probe.py"), json.dumps(list(steps))],
-            cwd=self.root, env=self.environment(mac, env or {}, has_mps),
-            capture_output=True, text=True, timeout=60, check=False,
+            cwd=self.root,
+            env=self.environment(mac, env or {}, has_mps),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         if result.returncode != 0:
-            raise ScenarioFailure(f"the probe crashed on {mac} ({self.label}):\n{result.stderr.strip()}")
+            raise ScenarioFailure(
+                f"the probe crashed on {mac} ({self.label}):\n{result.stderr.strip()}"
+            )
         records = []
         for raw in json.loads(result.stdout):
-            extra = {k: v for k, v in raw.items() if k not in ("step", "value", "error", "warnings")}
-            records.append(ProbeRecord(raw["step"], raw.get("value"), raw.get("error"),
-                                       tuple(raw.get("warnings", ())), extra))
+            extra = {
+                k: v for k, v in raw.items() if k not in ("step", "value", "error", "warnings")
+            }
+            records.append(
+                ProbeRecord(
+                    raw["step"],
+                    raw.get("value"),
+                    raw.get("error"),
+                    tuple(raw.get("warnings", ())),
+                    extra,
+                )
+            )
         return records
 
-    def run_main(self, mac: str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 *, has_mps: bool = True) -> subprocess.CompletedProcess[str]:
+    def run_main(
+        self,
+        mac: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        *,
+        has_mps: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
         """``python -m torch.backends.mps ARGS`` on the pretend Mac ``mac``."""
         return subprocess.run(
             [sys.executable, "-m", "torch.backends.mps", *args],
-            cwd=self.root, env=self.environment(mac, env or {}, has_mps),
-            capture_output=True, text=True, timeout=60, check=False,
+            cwd=self.root,
+            env=self.environment(mac, env or {}, has_mps),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
 
     @contextmanager
@@ -780,8 +860,10 @@ def _write_common(root: Path, torch_version: str) -> None:
     _write(root / "torch" / "library.py", _STANDIN_LIBRARY)
     _write(root / "intelmac_probe.py", _PROBE)
     # build_info() looks for the .dist-info beside the imported torch package.
-    _write(root / f"torch-{torch_version}.dist-info" / "METADATA",
-           f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version}\n")
+    _write(
+        root / f"torch-{torch_version}.dist-info" / "METADATA",
+        f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version}\n",
+    )
 
 
 def make_sandbox(tree: UpstreamTree, patches: Sequence[Path], dest: Path, shim: Path) -> Sandbox:
@@ -791,7 +873,9 @@ def make_sandbox(tree: UpstreamTree, patches: Sequence[Path], dest: Path, shim: 
     with tempfile.TemporaryDirectory(prefix="python-patches-") as scratch:
         python_only = filter_series(patches, is_python_layer, Path(scratch))
         if not python_only:
-            raise BuildError("the series has no Python hunks (patch 0003 missing from the catalog?)")
+            raise BuildError(
+                "the series has no Python hunks (patch 0003 missing from the catalog?)"
+            )
         needed = {"torch/backends/__init__.py", "torch/backends/mps/__init__.py"}
         for patch in python_only:
             needed |= {c.path for c in patching.file_changes(patch) if not c.is_new}
@@ -799,13 +883,18 @@ def make_sandbox(tree: UpstreamTree, patches: Sequence[Path], dest: Path, shim: 
             mapped = mapper(path)
             source = tree.root / mapped if mapped else None
             if source is None or not source.is_file():
-                raise BuildError(f"{tree.root} has no {mapped or path}, which the Python-layer check needs")
+                raise BuildError(
+                    f"{tree.root} has no {mapped or path}, which the Python-layer check needs"
+                )
             _write(root / path, source.read_text(encoding="utf-8"))
         patching.apply_series(root, python_only)
     siblings = _standin_siblings((root / "torch/backends/__init__.py").read_text(encoding="utf-8"))
     for name in siblings:
         if name != "mps":
-            _write(root / "torch" / "backends" / f"{name}.py", f'"""Stand-in torch.backends.{name}."""\n')
+            _write(
+                root / "torch" / "backends" / f"{name}.py",
+                f'"""Stand-in torch.backends.{name}."""\n',
+            )
     _write_common(root, tree.raw_version)
     return Sandbox(root, shim, tree.raw_version, f"{tree.describe()}, patched")
 
@@ -814,7 +903,12 @@ def make_module_sandbox(patches: Sequence[Path], dest: Path, shim: Path) -> Sand
     """The series' new Python files alone, with stand-ins instead of every upstream file."""
     root = dest / "module-sandbox"
     with tempfile.TemporaryDirectory(prefix="python-new-files-") as scratch:
-        new_files = {c.path for p in patches for c in patching.file_changes(p) if c.is_new and is_python_layer(c.path)}
+        new_files = {
+            c.path
+            for p in patches
+            for c in patching.file_changes(p)
+            if c.is_new and is_python_layer(c.path)
+        }
         only_new = filter_series(patches, lambda path: path in new_files, Path(scratch))
         root.mkdir(parents=True, exist_ok=True)
         patching.apply_series(root, only_new)
@@ -827,13 +921,13 @@ def make_module_sandbox(patches: Sequence[Path], dest: Path, shim: Path) -> Sand
 
 # In the module-alone sandbox, the stand-in mps/__init__.py wires the new module in the way
 # the patched upstream file does, so the same probe and scenarios run against it.
-_MODULE_EXPORTS = '''
+_MODULE_EXPORTS = """
 from torch.backends.mps import _device_policy as _device_policy
 from torch.backends.mps._device_policy import build_info, devices, MPSDeviceInfo, unavailable_reason
 
 __all__ = ["is_available", "MPSDeviceInfo", "build_info", "devices", "unavailable_reason"]
 _device_policy._install_module_properties(__name__)
-'''
+"""
 
 
 # ---------------------------------------------------------------------------------------
@@ -868,21 +962,34 @@ def _all_warnings(records: Sequence[ProbeRecord]) -> list[str]:
 def _index_of(sandbox: Sandbox, mac: str, name_part: str) -> int:
     """The index devices() gives a device, asked of the patched layer itself."""
     (record,) = [r for r in sandbox.probe(mac, ["devices"]) if r.step == "devices"]
-    matches = [d["index"] for d in _no_error(record).value if name_part.lower() in d["name"].lower()]
-    _expect(len(matches) == 1, f"devices() on {mac} lists {len(matches)} devices named like '{name_part}'")
+    matches = [
+        d["index"] for d in _no_error(record).value if name_part.lower() in d["name"].lower()
+    ]
+    _expect(
+        len(matches) == 1,
+        f"devices() on {mac} lists {len(matches)} devices named like '{name_part}'",
+    )
     return int(matches[0])
 
 
 def scenario_default_is_off(sandbox: Sandbox) -> None:
     """Intel-only Mac, no environment: the flag is False and MPS says why it is unavailable."""
     records = sandbox.probe("mac-mini-2018", ["get", "is_available", "reason"])
-    _expect(_no_error(_only(records, "get")).value is False, "allow_intel_gpu must default to False")
-    _expect(_no_error(_only(records, "is_available")).value is False,
-            "an Intel-only Mac must not use MPS without the opt-in")
+    _expect(
+        _no_error(_only(records, "get")).value is False, "allow_intel_gpu must default to False"
+    )
+    _expect(
+        _no_error(_only(records, "is_available")).value is False,
+        "an Intel-only Mac must not use MPS without the opt-in",
+    )
     reason = _no_error(_only(records, "reason")).value
-    _expect(isinstance(reason, str) and "Intel(R) UHD Graphics 630" in reason and ALLOW_ENV in reason,
-            f"unavailable_reason() must name the Intel GPU and {ALLOW_ENV}, got {reason!r}")
-    _expect(not _all_warnings(records), f"no warning expected by default, got {_all_warnings(records)}")
+    _expect(
+        isinstance(reason, str) and "Intel(R) UHD Graphics 630" in reason and ALLOW_ENV in reason,
+        f"unavailable_reason() must name the Intel GPU and {ALLOW_ENV}, got {reason!r}",
+    )
+    _expect(
+        not _all_warnings(records), f"no warning expected by default, got {_all_warnings(records)}"
+    )
 
 
 def scenario_env_spellings(sandbox: Sandbox) -> None:
@@ -895,63 +1002,110 @@ def scenario_env_spellings(sandbox: Sandbox) -> None:
     for raw, expected in dict(cases).items():
         records = sandbox.probe("mac-mini-2018", ["get"], {ALLOW_ENV: raw})
         value = _no_error(_only(records, "get")).value
-        _expect(value is expected, f"{ALLOW_ENV}={raw!r} must give allow_intel_gpu={expected}, got {value!r}")
-        _expect(not _all_warnings(records), f"{ALLOW_ENV}={raw!r} must not warn, got {_all_warnings(records)}")
+        _expect(
+            value is expected,
+            f"{ALLOW_ENV}={raw!r} must give allow_intel_gpu={expected}, got {value!r}",
+        )
+        _expect(
+            not _all_warnings(records),
+            f"{ALLOW_ENV}={raw!r} must not warn, got {_all_warnings(records)}",
+        )
 
 
 def scenario_env_invalid_warns_once(sandbox: Sandbox) -> None:
     """An unknown value: exactly one warning naming variable, value and accepted values."""
-    records = sandbox.probe("mac-mini-2018", ["get", "is_available", "get", "reason"], {ALLOW_ENV: "maybe"})
+    records = sandbox.probe(
+        "mac-mini-2018", ["get", "is_available", "get", "reason"], {ALLOW_ENV: "maybe"}
+    )
     _expect(_no_error(_only(records, "import")).error is None, "import failed")
     values = [r.value for r in records if r.step == "get"]
-    _expect(values == [False, False], f"an invalid value must leave the default (False), got {values}")
+    _expect(
+        values == [False, False], f"an invalid value must leave the default (False), got {values}"
+    )
     found = _all_warnings(records)
     _expect(len(found) == 1, f"expected exactly one warning, got {found}")
     text = found[0]
-    missing = [part for part in (ALLOW_ENV, "maybe", *ACCEPTED_TRUE, *ACCEPTED_FALSE) if part not in text]
-    _expect(not missing, f"the warning must name the variable, the value and the accepted values; "
-                         f"{missing} missing from {text!r}")
+    missing = [
+        part for part in (ALLOW_ENV, "maybe", *ACCEPTED_TRUE, *ACCEPTED_FALSE) if part not in text
+    ]
+    _expect(
+        not missing,
+        f"the warning must name the variable, the value and the accepted values; "
+        f"{missing} missing from {text!r}",
+    )
 
 
 def scenario_opt_in_after_failed_scan(sandbox: Sandbox) -> None:
     """is_available() False, then allow_intel_gpu = True, then is_available() True."""
-    records = sandbox.probe("mac-mini-2018",
-                            ["is_available", "set=true", "get", "is_available", "reason", "devices", "is_available"])
+    records = sandbox.probe(
+        "mac-mini-2018",
+        ["is_available", "set=true", "get", "is_available", "reason", "devices", "is_available"],
+    )
     available = [r.value for r in records if r.step == "is_available"]
-    _expect(all(r.error is None for r in records), f"no step may fail: {[r.error for r in records if r.error]}")
-    _expect(available == [False, True, True], f"expected is_available() False, True, True; got {available}")
+    _expect(
+        all(r.error is None for r in records),
+        f"no step may fail: {[r.error for r in records if r.error]}",
+    )
+    _expect(
+        available == [False, True, True],
+        f"expected is_available() False, True, True; got {available}",
+    )
     _expect(_only(records, "get").value is True, "the flag must read back True")
-    _expect(_only(records, "reason").value is None, "unavailable_reason() must be None once MPS is usable")
+    _expect(
+        _only(records, "reason").value is None,
+        "unavailable_reason() must be None once MPS is usable",
+    )
     selected = [d["name"] for d in _only(records, "devices").value if d["selected"]]
     _expect(selected == [UHD630["name"]], f"the Intel GPU must be selected, got {selected}")
     intel_notes = [w for w in _all_warnings(records) if UHD630["name"] in w]
-    _expect(len(intel_notes) == 1, f"the Intel performance note must come exactly once, got {intel_notes}")
-    _expect("CPU" in intel_notes[0] and "benchmark" in intel_notes[0],
-            f"the Intel note must compare with the CPU and point to the benchmark: {intel_notes[0]!r}")
+    _expect(
+        len(intel_notes) == 1,
+        f"the Intel performance note must come exactly once, got {intel_notes}",
+    )
+    _expect(
+        "CPU" in intel_notes[0] and "benchmark" in intel_notes[0],
+        f"the Intel note must compare with the CPU and point to the benchmark: {intel_notes[0]!r}",
+    )
 
 
 def scenario_late_change_raises(sandbox: Sandbox) -> None:
     """A device in use and a flag change that would switch it: RuntimeError, flag unchanged."""
-    records = sandbox.probe("mac-mini-2018", ["is_available", "set=false", "get", "is_available"],
-                            {ALLOW_ENV: "1"})
+    records = sandbox.probe(
+        "mac-mini-2018", ["is_available", "set=false", "get", "is_available"], {ALLOW_ENV: "1"}
+    )
     first, second = [r for r in records if r.step == "is_available"]
     _expect(first.value is True, f"{ALLOW_ENV}=1 must make the Intel GPU usable, got {first.value}")
     change = _only(records, "set=false")
-    _expect(change.error is not None and change.error.startswith("RuntimeError"),
-            f"switching off after first use must raise RuntimeError, got {change.error!r}")
-    _expect(ALLOW_ENV in (change.error or "") and "before" in (change.error or ""),
-            f"the error must say to set {ALLOW_ENV} or the flag before first use: {change.error!r}")
+    _expect(
+        change.error is not None and change.error.startswith("RuntimeError"),
+        f"switching off after first use must raise RuntimeError, got {change.error!r}",
+    )
+    _expect(
+        ALLOW_ENV in (change.error or "") and "before" in (change.error or ""),
+        f"the error must say to set {ALLOW_ENV} or the flag before first use: {change.error!r}",
+    )
     _expect(_only(records, "get").value is True, "a refused change must leave the flag as it was")
     _expect(second.value is True, "a refused change must leave MPS usable")
 
 
 def scenario_unchanged_choice_is_noop(sandbox: Sandbox) -> None:
     """Discrete GPU in use: toggling the flag does not change the choice, so nothing happens."""
-    records = sandbox.probe("macbook-pro-16-2019",
-                            ["is_available", "set=true", "get", "set=false", "get", "is_available", "devices"])
-    _expect(all(r.error is None for r in records), f"no step may fail: {[r.error for r in records if r.error]}")
-    _expect([r.value for r in records if r.step == "get"] == [True, False], "the flag must follow each set")
-    _expect([r.value for r in records if r.step == "is_available"] == [True, True], "MPS must stay usable")
+    records = sandbox.probe(
+        "macbook-pro-16-2019",
+        ["is_available", "set=true", "get", "set=false", "get", "is_available", "devices"],
+    )
+    _expect(
+        all(r.error is None for r in records),
+        f"no step may fail: {[r.error for r in records if r.error]}",
+    )
+    _expect(
+        [r.value for r in records if r.step == "get"] == [True, False],
+        "the flag must follow each set",
+    )
+    _expect(
+        [r.value for r in records if r.step == "is_available"] == [True, True],
+        "MPS must stay usable",
+    )
     selected = [d["name"] for d in _only(records, "devices").value if d["selected"]]
     _expect(selected == [PRO5500M["name"]], f"the Radeon must stay selected, got {selected}")
 
@@ -959,54 +1113,98 @@ def scenario_unchanged_choice_is_noop(sandbox: Sandbox) -> None:
 def scenario_pick_by_index(sandbox: Sandbox) -> None:
     """PYTORCH_MPS_DEVICE=<index of the Intel GPU in devices()> picks it: an explicit opt-in."""
     index = _index_of(sandbox, "macbook-pro-16-2019", "UHD")
-    records = sandbox.probe("macbook-pro-16-2019", ["get", "is_available", "devices"], {DEVICE_ENV: str(index)})
-    _expect(_only(records, "is_available").value is True, "picking a device by index must make MPS usable")
+    records = sandbox.probe(
+        "macbook-pro-16-2019", ["get", "is_available", "devices"], {DEVICE_ENV: str(index)}
+    )
+    _expect(
+        _only(records, "is_available").value is True,
+        "picking a device by index must make MPS usable",
+    )
     selected = [d for d in _only(records, "devices").value if d["selected"]]
-    _expect([d["index"] for d in selected] == [index], f"device {index} must be selected, got {selected}")
+    _expect(
+        [d["index"] for d in selected] == [index],
+        f"device {index} must be selected, got {selected}",
+    )
 
 
 def scenario_pick_by_name(sandbox: Sandbox) -> None:
     """PYTORCH_MPS_DEVICE=<part of a name>, any case."""
     for part, expected in (("uhd graphics", UHD630["name"]), ("RADEON", PRO5500M["name"])):
-        records = sandbox.probe("macbook-pro-16-2019", ["is_available", "devices"], {DEVICE_ENV: part})
+        records = sandbox.probe(
+            "macbook-pro-16-2019", ["is_available", "devices"], {DEVICE_ENV: part}
+        )
         selected = [d["name"] for d in _no_error(_only(records, "devices")).value if d["selected"]]
-        _expect(selected == [expected], f"{DEVICE_ENV}={part!r} must select {expected}, got {selected}")
+        _expect(
+            selected == [expected], f"{DEVICE_ENV}={part!r} must select {expected}, got {selected}"
+        )
 
 
 def scenario_pick_ambiguous_or_unknown(sandbox: Sandbox) -> None:
     """A name matching several devices, or none, or an index out of range: unavailable, devices listed."""
-    cases = (("mac-pro-2019", "vega"), ("macbook-pro-16-2019", "nvidia"), ("macbook-pro-16-2019", "7"))
+    cases = (
+        ("mac-pro-2019", "vega"),
+        ("macbook-pro-16-2019", "nvidia"),
+        ("macbook-pro-16-2019", "7"),
+    )
     for mac, value in cases:
         records = sandbox.probe(mac, ["is_available", "reason", "devices"], {DEVICE_ENV: value})
-        _expect(_only(records, "is_available").value is False, f"{DEVICE_ENV}={value!r} on {mac} must leave MPS off")
+        _expect(
+            _only(records, "is_available").value is False,
+            f"{DEVICE_ENV}={value!r} on {mac} must leave MPS off",
+        )
         reason = _only(records, "reason").value or ""
         names = {d["name"] for d in _only(records, "devices").value}
-        _expect(DEVICE_ENV in reason and all(name in reason for name in names),
-                f"the reason must name {DEVICE_ENV} and list the devices {sorted(names)}: {reason!r}")
+        _expect(
+            DEVICE_ENV in reason and all(name in reason for name in names),
+            f"the reason must name {DEVICE_ENV} and list the devices {sorted(names)}: {reason!r}",
+        )
 
 
 def scenario_devices_fields(sandbox: Sandbox) -> None:
     """devices(): MPSDeviceInfo NamedTuples with the contract's fields, a stable index order."""
     records = sandbox.probe("macbook-pro-16-2019", ["devices", "exports"])
     record = _no_error(_only(records, "devices"))
-    _expect(record.extra.get("types") == ["MPSDeviceInfo"], f"devices() must hold MPSDeviceInfo, got {record.extra}")
-    _expect(tuple(record.extra.get("fields", ())) == DEVICE_INFO_FIELDS,
-            f"MPSDeviceInfo fields must be {DEVICE_INFO_FIELDS}, got {record.extra.get('fields')}")
+    _expect(
+        record.extra.get("types") == ["MPSDeviceInfo"],
+        f"devices() must hold MPSDeviceInfo, got {record.extra}",
+    )
+    _expect(
+        tuple(record.extra.get("fields", ())) == DEVICE_INFO_FIELDS,
+        f"MPSDeviceInfo fields must be {DEVICE_INFO_FIELDS}, got {record.extra.get('fields')}",
+    )
     infos = record.value
-    _expect(len(infos) == len(FAKE_MACS["macbook-pro-16-2019"]), f"one entry per Metal device, got {infos}")
-    _expect([d["index"] for d in infos] == list(range(len(infos))), "index must be the position in devices()")
+    _expect(
+        len(infos) == len(FAKE_MACS["macbook-pro-16-2019"]),
+        f"one entry per Metal device, got {infos}",
+    )
+    _expect(
+        [d["index"] for d in infos] == list(range(len(infos))),
+        "index must be the position in devices()",
+    )
     by_name = {d["name"]: d for d in infos}
     for fake in FAKE_MACS["macbook-pro-16-2019"]:
         info = by_name[fake["name"]]
-        for key, fake_key in (("low_power", "low_power"), ("removable", "removable"), ("headless", "headless"),
-                              ("unified_memory", "unified_memory"), ("recommended_working_set_size", "working_set")):
-            _expect(info[key] == fake[fake_key], f"{fake['name']}: {key} is {info[key]!r}, Metal said {fake[fake_key]!r}")
+        for key, fake_key in (
+            ("low_power", "low_power"),
+            ("removable", "removable"),
+            ("headless", "headless"),
+            ("unified_memory", "unified_memory"),
+            ("recommended_working_set_size", "working_set"),
+        ):
+            _expect(
+                info[key] == fake[fake_key],
+                f"{fake['name']}: {key} is {info[key]!r}, Metal said {fake[fake_key]!r}",
+            )
     selected = [d for d in infos if d["selected"]]
-    _expect(len(selected) == 1 and selected[0]["skip_reason"] is None and selected[0]["eligible"],
-            f"exactly one eligible selected device without a skip reason, got {selected}")
+    _expect(
+        len(selected) == 1 and selected[0]["skip_reason"] is None and selected[0]["eligible"],
+        f"exactly one eligible selected device without a skip reason, got {selected}",
+    )
     skipped = [d for d in infos if not d["selected"]]
-    _expect(all(isinstance(d["skip_reason"], str) and d["skip_reason"] for d in skipped),
-            f"every other device must say why it was skipped: {skipped}")
+    _expect(
+        all(isinstance(d["skip_reason"], str) and d["skip_reason"] for d in skipped),
+        f"every other device must say why it was skipped: {skipped}",
+    )
     exports = _no_error(_only(records, "exports")).value
     missing = {"MPSDeviceInfo", "build_info", "devices", "unavailable_reason"} - set(exports)
     _expect(not missing, f"__all__ lacks {sorted(missing)}")
@@ -1015,69 +1213,133 @@ def scenario_devices_fields(sandbox: Sandbox) -> None:
 def scenario_apple_silicon_unchanged(sandbox: Sandbox) -> None:
     """On Apple silicon the flag changes nothing: the M1 is used either way."""
     for env in ({}, {ALLOW_ENV: "0"}, {ALLOW_ENV: "1"}):
-        records = sandbox.probe("apple-m1", ["is_available", "set=true", "set=false", "devices"], env)
-        _expect(all(r.error is None for r in records), f"{env}: no step may fail: {[r.error for r in records]}")
+        records = sandbox.probe(
+            "apple-m1", ["is_available", "set=true", "set=false", "devices"], env
+        )
+        _expect(
+            all(r.error is None for r in records),
+            f"{env}: no step may fail: {[r.error for r in records]}",
+        )
         _expect(_only(records, "is_available").value is True, f"{env}: the M1 must be usable")
-        _expect(not _all_warnings(records), f"{env}: no warning on Apple silicon, got {_all_warnings(records)}")
+        _expect(
+            not _all_warnings(records),
+            f"{env}: no warning on Apple silicon, got {_all_warnings(records)}",
+        )
 
 
 def scenario_not_built_with_mps(sandbox: Sandbox) -> None:
     """A torch built without MPS: devices() is empty, the reason says so, the flag is stored."""
-    records = sandbox.probe("macbook-pro-16-2019", ["get", "set=true", "get", "devices", "reason", "is_available"],
-                            {ALLOW_ENV: "0"}, has_mps=False)
-    _expect(all(r.error is None for r in records), f"no step may fail: {[r.error for r in records if r.error]}")
-    _expect([r.value for r in records if r.step == "get"] == [False, True], "the flag must be stored")
+    records = sandbox.probe(
+        "macbook-pro-16-2019",
+        ["get", "set=true", "get", "devices", "reason", "is_available"],
+        {ALLOW_ENV: "0"},
+        has_mps=False,
+    )
+    _expect(
+        all(r.error is None for r in records),
+        f"no step may fail: {[r.error for r in records if r.error]}",
+    )
+    _expect(
+        [r.value for r in records if r.step == "get"] == [False, True], "the flag must be stored"
+    )
     _expect(_only(records, "devices").value == [], "devices() must be empty without MPS")
-    _expect(_only(records, "reason").value == "PyTorch was built without MPS",
-            f"unexpected reason {_only(records, 'reason').value!r}")
-    _expect(_only(records, "is_available").value is False, "is_available() must be False without MPS")
+    _expect(
+        _only(records, "reason").value == "PyTorch was built without MPS",
+        f"unexpected reason {_only(records, 'reason').value!r}",
+    )
+    _expect(
+        _only(records, "is_available").value is False, "is_available() must be False without MPS"
+    )
     invalid = sandbox.probe("mac-mini-2018", ["get", "get"], {ALLOW_ENV: "2"}, has_mps=False)
     found = _all_warnings(invalid)
-    _expect(len(found) == 1 and ALLOW_ENV in found[0] and "'2'" in found[0],
-            f"without MPS an invalid value must still warn once, got {found}")
+    _expect(
+        len(found) == 1 and ALLOW_ENV in found[0] and "'2'" in found[0],
+        f"without MPS an invalid value must still warn once, got {found}",
+    )
 
 
 def scenario_type_and_frozen_flags(sandbox: Sandbox) -> None:
     """Only True/False are accepted; torch.backends.disable_global_flags() freezes the flag too."""
     records = sandbox.probe("mac-mini-2018", ['set="1"', "get"])
-    _expect((_only(records, 'set="1"').error or "").startswith("TypeError"), "a string must be refused")
+    _expect(
+        (_only(records, 'set="1"').error or "").startswith("TypeError"), "a string must be refused"
+    )
     _expect(_only(records, "get").value is False, "a refused value must not change the flag")
-    if "disable_global_flags" in (sandbox.root / "torch/backends/__init__.py").read_text(encoding="utf-8"):
+    if "disable_global_flags" in (sandbox.root / "torch/backends/__init__.py").read_text(
+        encoding="utf-8"
+    ):
         frozen = sandbox.probe("mac-mini-2018", ["freeze_then_set", "get"])
-        _expect((_only(frozen, "freeze_then_set").error or "").startswith("RuntimeError"),
-                "after disable_global_flags() setting the flag must raise, like the other backend flags")
+        _expect(
+            (_only(frozen, "freeze_then_set").error or "").startswith("RuntimeError"),
+            "after disable_global_flags() setting the flag must raise, like the other backend flags",
+        )
         _expect(_only(frozen, "get").value is False, "a frozen flag must keep its value")
 
 
 def scenario_build_info(sandbox: Sandbox) -> None:
     """build_info(): the dist-info's INTELMAC_BUILD.json as a dict, or None without it."""
     absent = sandbox.probe("apple-m1", ["build_info"])
-    _expect(_no_error(_only(absent, "build_info")).value is None, "build_info() must be None without the file")
-    data = {"upstream_version": sandbox.torch_version, "wheel_version": "probe+intelmac",
-            "series_fingerprint": "0" * 64, "patches": ["0001-x.patch"], "toolchain": {"xcode": "16.4"},
-            "source_sha256": "1" * 64, "built_at": "2026-11-22T00:00:00Z"}
+    _expect(
+        _no_error(_only(absent, "build_info")).value is None,
+        "build_info() must be None without the file",
+    )
+    data = {
+        "upstream_version": sandbox.torch_version,
+        "wheel_version": "probe+intelmac",
+        "series_fingerprint": "0" * 64,
+        "patches": ["0001-x.patch"],
+        "toolchain": {"xcode": "16.4"},
+        "source_sha256": "1" * 64,
+        "built_at": "2026-11-22T00:00:00Z",
+    }
     with sandbox.build_info_file(json.dumps(data)):
         present = sandbox.probe("apple-m1", ["build_info"])
-    _expect(_no_error(_only(present, "build_info")).value == data, "build_info() must return the file's content")
+    _expect(
+        _no_error(_only(present, "build_info")).value == data,
+        "build_info() must return the file's content",
+    )
 
 
 def scenario_main_report(sandbox: Sandbox) -> None:
     """python -m torch.backends.mps: the table, the flag and env state, build info; exit 0/1."""
     off = sandbox.run_main("mac-mini-2018")
-    _expect(off.returncode == 1, f"exit status must be 1 when MPS is unusable, got {off.returncode}: {off.stderr}")
-    for part in ("low-power", "unified memory", "working set", "skip reason", UHD630["name"], ALLOW_ENV,
-                 DEVICE_ENV, "allow_intel_gpu", sandbox.torch_version, "build info"):
+    _expect(
+        off.returncode == 1,
+        f"exit status must be 1 when MPS is unusable, got {off.returncode}: {off.stderr}",
+    )
+    for part in (
+        "low-power",
+        "unified memory",
+        "working set",
+        "skip reason",
+        UHD630["name"],
+        ALLOW_ENV,
+        DEVICE_ENV,
+        "allow_intel_gpu",
+        sandbox.torch_version,
+        "build info",
+    ):
         _expect(part in off.stdout, f"the report must show {part!r}:\n{off.stdout}")
     on = sandbox.run_main("mac-mini-2018", env={ALLOW_ENV: "yes"})
-    _expect(on.returncode == 0, f"exit status must be 0 when MPS is usable, got {on.returncode}: {on.stderr}")
+    _expect(
+        on.returncode == 0,
+        f"exit status must be 0 when MPS is usable, got {on.returncode}: {on.stderr}",
+    )
     as_json = sandbox.run_main("macbook-pro-16-2019", ["--json"])
-    _expect(as_json.returncode == 0, f"--json on a usable Mac must exit 0, got {as_json.returncode}: {as_json.stderr}")
+    _expect(
+        as_json.returncode == 0,
+        f"--json on a usable Mac must exit 0, got {as_json.returncode}: {as_json.stderr}",
+    )
     data = json.loads(as_json.stdout)
-    _expect(data["usable"] is True and len(data["devices"]) == 2 and data["allow_intel_gpu"] is False,
-            f"unexpected --json report: {data}")
+    _expect(
+        data["usable"] is True and len(data["devices"]) == 2 and data["allow_intel_gpu"] is False,
+        f"unexpected --json report: {data}",
+    )
     without = sandbox.run_main("mac-mini-2018", has_mps=False)
-    _expect(without.returncode == 1 and "built without MPS" in without.stdout,
-            f"without MPS the report must say so and exit 1:\n{without.stdout}{without.stderr}")
+    _expect(
+        without.returncode == 1 and "built without MPS" in without.stdout,
+        f"without MPS the report must say so and exit 1:\n{without.stdout}{without.stderr}",
+    )
 
 
 Scenario = Callable[[Sandbox], None]
@@ -1134,11 +1396,15 @@ def run_scenarios(sandbox: Sandbox, names: Sequence[str] | None = None) -> list[
 def series_for(line: str) -> list[Path]:
     patches = list(catalog.load().line(line).patches)
     if not patches:
-        raise BuildError(f"the catalog lists no patches for {line}; nothing to check (patches/catalog.yaml)")
+        raise BuildError(
+            f"the catalog lists no patches for {line}; nothing to check (patches/catalog.yaml)"
+        )
     return patches
 
 
-def fidelity_report(tree: UpstreamTree, patches: Sequence[Path], result: patching.UpstreamCheck) -> str:
+def fidelity_report(
+    tree: UpstreamTree, patches: Sequence[Path], result: patching.UpstreamCheck
+) -> str:
     mapper = path_map_for(tree)
     new = {(p.name, c.path) for p in patches for c in patching.file_changes(p) if c.is_new}
     checked, absent = set(result.checked), set(result.absent)
@@ -1158,8 +1424,13 @@ def fidelity_report(tree: UpstreamTree, patches: Sequence[Path], result: patchin
     return "\n".join(lines)
 
 
-def check(src: Path, version: str | None = None, *, python_layer: bool = True,
-          out: Callable[[str], None] = print) -> int:
+def check(
+    src: Path,
+    version: str | None = None,
+    *,
+    python_layer: bool = True,
+    out: Callable[[str], None] = print,
+) -> int:
     """The whole check-upstream run; returns the exit status (raises BuildError on conflicts)."""
     tree = detect_tree(src)
     line = normalise_version(version) if version else tree.line
@@ -1169,8 +1440,10 @@ def check(src: Path, version: str | None = None, *, python_layer: bool = True,
     out(f"series of line {line}: {len(patches)} patches (sha256 {fingerprint}...)")
     result = patching.check_upstream(tree.root, patches, path_map_for(tree))
     out(fidelity_report(tree, patches, result))
-    out(f"fidelity: every hunk on the {len(result.checked)} present or new files applies; "
-        f"{len(result.absent)} files absent from this tree")
+    out(
+        f"fidelity: every hunk on the {len(result.checked)} present or new files applies; "
+        f"{len(result.absent)} files absent from this tree"
+    )
     if not python_layer:
         return 0
     with tempfile.TemporaryDirectory(prefix="check-upstream-") as scratch:
@@ -1178,7 +1451,9 @@ def check(src: Path, version: str | None = None, *, python_layer: bool = True,
         shim = build_shim(materialise_header(patches, work / "policy"), work / "shim")
         sandbox = make_sandbox(tree, patches, work, shim)
         results = run_scenarios(sandbox)
-    out(f"python layer ({line}'s own torch/backends files, patched; torch._C doubles over {POLICY_HEADER}):")
+    out(
+        f"python layer ({line}'s own torch/backends files, patched; torch._C doubles over {POLICY_HEADER}):"
+    )
     for outcome in results:
         out(f"  {'ok  ' if outcome.ok else 'FAIL'}  {outcome.name}")
         if outcome.failure:
@@ -1199,8 +1474,15 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("src", type=Path, metavar="SRC", help="upstream source tree or unpacked torch wheel")
-    parser.add_argument("--version", help="release line whose series to check (default: the tree's version)")
-    parser.add_argument("--no-python", action="store_true",
-                        help="check only that the hunks apply; skip the Python-layer scenarios")
+    parser.add_argument(
+        "src", type=Path, metavar="SRC", help="upstream source tree or unpacked torch wheel"
+    )
+    parser.add_argument(
+        "--version", help="release line whose series to check (default: the tree's version)"
+    )
+    parser.add_argument(
+        "--no-python",
+        action="store_true",
+        help="check only that the hunks apply; skip the Python-layer scenarios",
+    )
     parser.set_defaults(func=_run)

@@ -18,7 +18,7 @@ from build_scripts import upstream_check
 # pytest imports test files in importlib mode, which keeps test folders off sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from py_support import SOURCE_2_6, python_series  # noqa: E402
+from py_support import SOURCE_2_6, python_series
 
 
 @pytest.fixture(scope="session")
@@ -33,13 +33,21 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def module_sandbox(shim: Path, tmp_path_factory: pytest.TempPathFactory) -> upstream_check.Sandbox:
     """The new module alone, under stand-ins for torch and every upstream file."""
-    return upstream_check.make_module_sandbox(python_series("2.6.0"), tmp_path_factory.mktemp("module"), shim)
+    return upstream_check.make_module_sandbox(
+        python_series("2.6.0"), tmp_path_factory.mktemp("module"), shim
+    )
 
 
 @pytest.fixture(scope="session")
-def source_2_6_sandbox(shim: Path, tmp_path_factory: pytest.TempPathFactory) -> upstream_check.Sandbox:
+def source_2_6_sandbox(
+    shim: Path, tmp_path_factory: pytest.TempPathFactory
+) -> upstream_check.Sandbox:
     """The real 2.6.0 tree's torch/backends files, patched, under a stand-in torch."""
     if not (SOURCE_2_6 / "version.txt").is_file():
-        pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0 provides it)")
+        pytest.skip(
+            f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0 provides it)"
+        )
     tree = upstream_check.detect_tree(SOURCE_2_6)
-    return upstream_check.make_sandbox(tree, python_series("2.6.0"), tmp_path_factory.mktemp("src-2.6.0"), shim)
+    return upstream_check.make_sandbox(
+        tree, python_series("2.6.0"), tmp_path_factory.mktemp("src-2.6.0"), shim
+    )

@@ -9,18 +9,23 @@ import sys
 from pathlib import Path
 
 import pytest
+from py_support import LINES, REPO, SOURCE_2_6, wheel_dir
 
 from build_scripts import catalog, patching, upstream_check
 from build_scripts.errors import BuildError
 from build_scripts.patching import PatchConflict
 
-from py_support import LINES, REPO, SOURCE_2_6, wheel_dir
-
 
 @pytest.mark.parametrize(
     ("raw", "line"),
-    [("2.6.0a0", "2.6.0"), ("2.9.1+cpu", "2.9.1"), ("2.15.0", "2.15.0"), ("2.14.1.post1", "2.14.1"),
-     ("2.16.0.dev20261120", "2.16.0"), ("2.15.0+intelmac", "2.15.0")],
+    [
+        ("2.6.0a0", "2.6.0"),
+        ("2.9.1+cpu", "2.9.1"),
+        ("2.15.0", "2.15.0"),
+        ("2.14.1.post1", "2.14.1"),
+        ("2.16.0.dev20261120", "2.16.0"),
+        ("2.15.0+intelmac", "2.15.0"),
+    ],
 )
 def test_normalise_version(raw: str, line: str) -> None:
     assert upstream_check.normalise_version(raw) == line
@@ -41,7 +46,9 @@ def test_detect_source_tree_and_wheel(tmp_path: Path) -> None:
     wheel = tmp_path / "wheel"
     (wheel / "torch").mkdir(parents=True)
     (wheel / "torch-2.9.1+cpu.dist-info").mkdir()
-    (wheel / "torch-2.9.1+cpu.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1+cpu\n")
+    (wheel / "torch-2.9.1+cpu.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1+cpu\n"
+    )
     tree = upstream_check.detect_tree(wheel)
     assert (tree.kind, tree.raw_version, tree.line) == ("wheel", "2.9.1+cpu", "2.9.1")
 
@@ -88,8 +95,14 @@ def _small_tree(tmp_path: Path, line: str) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "build_scripts", "check-upstream", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "build_scripts", "check-upstream", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.upstream
@@ -123,7 +136,10 @@ def test_passes_on_unmodified_small_copy(tmp_path: Path) -> None:
     if not (SOURCE_2_6 / "version.txt").is_file():
         pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6}")
     lines: list[str] = []
-    assert upstream_check.check(_small_tree(tmp_path, "2.6.0"), python_layer=False, out=lines.append) == 0
+    assert (
+        upstream_check.check(_small_tree(tmp_path, "2.6.0"), python_layer=False, out=lines.append)
+        == 0
+    )
     assert any("applies  torch/backends/mps/__init__.py" in line for line in lines)
 
 
@@ -143,7 +159,9 @@ def test_real_2_6_0_source_tree() -> None:
 def test_real_wheel(version: str) -> None:
     root = wheel_dir(version)
     if not (root / "torch").is_dir():
-        pytest.skip(f"no unpacked {version} wheel at {root} (../shared/tools/upstream-wheel {version})")
+        pytest.skip(
+            f"no unpacked {version} wheel at {root} (../shared/tools/upstream-wheel {version})"
+        )
     result = _cli(str(root))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"torch {version}" in result.stdout

@@ -31,7 +31,9 @@ def test_on_upstream_2_6_0_tree(source_2_6_sandbox: Sandbox, name: str) -> None:
     upstream_check.SCENARIOS[name](source_2_6_sandbox)
 
 
-def test_scenarios_catch_a_broken_setter(module_sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_scenarios_catch_a_broken_setter(
+    module_sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """The exercise can fail: a setter that forgets the cache refresh is caught."""
     broken_root = tmp_path_factory.mktemp("broken")
     subprocess.run(["cp", "-a", f"{module_sandbox.root}/.", str(broken_root)], check=True)
@@ -41,9 +43,15 @@ def test_scenarios_catch_a_broken_setter(module_sandbox: Sandbox, tmp_path_facto
     policy.write_text(text.replace("cache_clear()", "None"), encoding="utf-8")
     # The module-alone stand-in is_available() is not cached, so add upstream's lru_cache.
     init = broken_root / "torch" / "backends" / "mps" / "__init__.py"
-    init.write_text(init.read_text(encoding="utf-8").replace(
-        "def is_available():", "import functools\n\n\n@functools.lru_cache\ndef is_available():"), encoding="utf-8")
-    broken = Sandbox(broken_root, module_sandbox.shim, module_sandbox.torch_version, "broken on purpose")
+    init.write_text(
+        init.read_text(encoding="utf-8").replace(
+            "def is_available():", "import functools\n\n\n@functools.lru_cache\ndef is_available():"
+        ),
+        encoding="utf-8",
+    )
+    broken = Sandbox(
+        broken_root, module_sandbox.shim, module_sandbox.torch_version, "broken on purpose"
+    )
     (result,) = upstream_check.run_scenarios(broken, ["opt_in_after_failed_scan"])
     assert not result.ok
     assert "expected is_available() False, True, True" in (result.failure or "")
@@ -51,20 +59,53 @@ def test_scenarios_catch_a_broken_setter(module_sandbox: Sandbox, tmp_path_facto
 
 def test_python_parser_matches_cpp_parser(module_sandbox: Sandbox) -> None:
     """Builds without MPS parse PYTORCH_MPS_ALLOW_INTEL_GPU in Python; it must agree with C++."""
-    spellings = ["1", "true", "TRUE", "Yes", "on", "ON", "0", "false", "No", "OFF", "", "  ", " on ", "\tno\n",
-                 "2", "maybe", "enable", "y", "t", "truee", "o n", "\u00a0on", "on\u00a0", "none", "-1"]
+    spellings = [
+        "1",
+        "true",
+        "TRUE",
+        "Yes",
+        "on",
+        "ON",
+        "0",
+        "false",
+        "No",
+        "OFF",
+        "",
+        "  ",
+        " on ",
+        "\tno\n",
+        "2",
+        "maybe",
+        "enable",
+        "y",
+        "t",
+        "truee",
+        "o n",
+        "\u00a0on",
+        "on\u00a0",
+        "none",
+        "-1",
+    ]
     script = (
         "import json, sys\n"
         "from torch.backends.mps._device_policy import parse_allow_env\n"
         "print(json.dumps([parse_allow_env(raw) for raw in json.loads(sys.argv[1])]))\n"
     )
     env = module_sandbox.environment("no-devices", {}, has_mps=False)
-    result = subprocess.run([sys.executable, "-c", script, json.dumps([None, *spellings])], cwd=module_sandbox.root,
-                            env=env, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script, json.dumps([None, *spellings])],
+        cwd=module_sandbox.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     python_side = json.loads(result.stdout)
     for raw, (value, warning) in zip([None, *spellings], python_side):
         c_value, c_warning = upstream_check.c_parse_bool_env(module_sandbox.shim, raw)
         assert value == c_value, f"{raw!r}: Python says {value}, C++ says {c_value}"
-        assert (warning or "") == c_warning, f"{raw!r}: warnings differ:\n  {warning}\n  {c_warning}"
+        assert (warning or "") == c_warning, (
+            f"{raw!r}: warnings differ:\n  {warning}\n  {c_warning}"
+        )
     assert python_side[spellings.index("maybe") + 1][1] is not None
     assert ALLOW_ENV in python_side[spellings.index("maybe") + 1][1]

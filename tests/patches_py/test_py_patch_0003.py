@@ -11,14 +11,17 @@ from pathlib import Path
 
 import pytest
 import unidiff
+from py_support import LINES, REPO, SOURCE_2_6, own_patch
 
 from build_scripts import newfile_patch, patching
 
-from py_support import LINES, REPO, SOURCE_2_6, own_patch
-
 SRC = REPO / "patches" / "src" / "torch" / "backends" / "mps"
-NEW_BINDINGS = {"_mps_get_allow_intel_gpu", "_mps_set_allow_intel_gpu", "_mps_device_report",
-                "_mps_unavailable_reason"}
+NEW_BINDINGS = {
+    "_mps_get_allow_intel_gpu",
+    "_mps_set_allow_intel_gpu",
+    "_mps_device_report",
+    "_mps_unavailable_reason",
+}
 
 
 def _patches() -> list[Path]:
@@ -28,7 +31,9 @@ def _patches() -> list[Path]:
 @pytest.mark.parametrize("patch", _patches(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_generated_sections_match_sources(patch: Path) -> None:
     stale = newfile_patch.out_of_sync(patch)
-    assert not stale, f"run: python -m build_scripts.newfile_patch refresh {patch.relative_to(REPO)}"
+    assert not stale, (
+        f"run: python -m build_scripts.newfile_patch refresh {patch.relative_to(REPO)}"
+    )
 
 
 @pytest.mark.parametrize("patch", _patches(), ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -48,12 +53,20 @@ def _added(patch: Path, path: str) -> str:
 @pytest.mark.parametrize("patch", _patches(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_bindings_stubs_and_callers_agree(patch: Path) -> None:
     """Module.cpp defines, the .pyi.in declares, and _device_policy.py calls the same names."""
-    defined = set(re.findall(r'm\.def\(\s*"(_mps_\w+)"', _added(patch, "torch/csrc/mps/Module.cpp")))
-    declared = set(re.findall(r"^def (_mps_\w+)\(", _added(patch, "torch/_C/__init__.pyi.in"), re.MULTILINE))
+    defined = set(
+        re.findall(r'm\.def\(\s*"(_mps_\w+)"', _added(patch, "torch/csrc/mps/Module.cpp"))
+    )
+    declared = set(
+        re.findall(r"^def (_mps_\w+)\(", _added(patch, "torch/_C/__init__.pyi.in"), re.MULTILINE)
+    )
     policy = (SRC / "_device_policy.py").read_text(encoding="utf-8")
-    called = {node.attr for node in ast.walk(ast.parse(policy))
-              if isinstance(node, ast.Attribute) and node.attr.startswith("_mps_")
-              and node.attr not in {"_mps_is_available"}}
+    called = {
+        node.attr
+        for node in ast.walk(ast.parse(policy))
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_mps_")
+        and node.attr not in {"_mps_is_available"}
+    }
     assert defined == declared == NEW_BINDINGS
     assert called == NEW_BINDINGS
 
@@ -66,7 +79,9 @@ def test_bindings_are_inside_use_mps_on_2_6_0(tmp_path: Path) -> None:
     patch = own_patch("2.6.0", "0003-")
     only_cpp = tmp_path / patch.name
     header, sections = newfile_patch.split_sections(patch.read_text(encoding="utf-8"))
-    only_cpp.write_text(header + "".join(t for p, t in sections if p == "torch/csrc/mps/Module.cpp"))
+    only_cpp.write_text(
+        header + "".join(t for p, t in sections if p == "torch/csrc/mps/Module.cpp")
+    )
     target = tmp_path / "tree" / "torch" / "csrc" / "mps" / "Module.cpp"
     target.parent.mkdir(parents=True)
     shutil.copy2(SOURCE_2_6 / "torch/csrc/mps/Module.cpp", target)
@@ -93,8 +108,11 @@ def test_new_python_files_compile_for_the_oldest_python() -> None:
 
 def _binding_unit(patch: Path) -> str:
     """A translation unit with 0003's Module.cpp additions and 0002's API declared as in MPSDevice.h."""
-    body = "\n".join(line for line in _added(patch, "torch/csrc/mps/Module.cpp").splitlines()
-                     if not line.startswith("#include"))
+    body = "\n".join(
+        line
+        for line in _added(patch, "torch/csrc/mps/Module.cpp").splitlines()
+        if not line.startswith("#include")
+    )
     return (
         "#include <torch/csrc/THP.h>\n#include <torch/csrc/utils/pybind.h>\n"
         "#include <ATen/mps/MPSDevicePolicy.h>\n"
@@ -119,7 +137,16 @@ def test_bindings_compile_against_torch_headers(tmp_path: Path) -> None:
         pytest.skip(f"no Python.h under {python_include} (install the python3-dev package)")
     unit = tmp_path / "bindings.cpp"
     unit.write_text(_binding_unit(own_patch("2.6.0", "0003-")))
-    argv = ["g++", "-std=c++20", "-fsyntax-only", "-Wall", f"-I{include}", f"-I{include}/torch/csrc/api/include",
-            f"-I{python_include}", f"-I{REPO / 'patches/src/aten/src'}", str(unit)]
+    argv = [
+        "g++",
+        "-std=c++20",
+        "-fsyntax-only",
+        "-Wall",
+        f"-I{include}",
+        f"-I{include}/torch/csrc/api/include",
+        f"-I{python_include}",
+        f"-I{REPO / 'patches/src/aten/src'}",
+        str(unit),
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
