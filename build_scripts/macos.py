@@ -62,11 +62,14 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
         env["OpenMP_ROOT"] = prefix
         env["CMAKE_PREFIX_PATH"] = prefix
         env["CPATH"] = f"{prefix}/include"
-    if is_cross_build(host):
-        env["CMAKE_OSX_ARCHITECTURES"] = "x86_64"
-        env["ARCHFLAGS"] = "-arch x86_64"
-        # setuptools names the wheel's platform from this, not from the arm64 interpreter.
-        env["_PYTHON_HOST_PLATFORM"] = f"macosx-{line.macos_deployment_target}-x86_64"
+    # x86_64 is the one target, pinned for CMake (libtorch), for setuptools' own compile of
+    # the extension stubs (ARCHFLAGS replaces sysconfig's -arch flags) and for the wheel's
+    # platform tag. Needed for a cross build from arm64, and just as much natively with a
+    # universal2 interpreter (python.org's installers), which would otherwise tag an
+    # x86_64-only wheel macosx_*_universal2 and try to link an arm64 slice of _C.
+    env["CMAKE_OSX_ARCHITECTURES"] = "x86_64"
+    env["ARCHFLAGS"] = "-arch x86_64"
+    env["_PYTHON_HOST_PLATFORM"] = f"macosx-{line.macos_deployment_target}-x86_64"
     env.update(line.build_env)  # the catalog has the last word
     return env
 
@@ -265,7 +268,7 @@ def notes(options: Options, host: Host) -> list[str]:
     if is_cross_build(host):
         out.append(
             "BEST-EFFORT CROSS BUILD from an arm64 host to x86_64 (CMAKE_OSX_ARCHITECTURES, "
-            "ARCHFLAGS); the release path is a native build on an Intel Mac"
+            "ARCHFLAGS, _PYTHON_HOST_PLATFORM); the release path is a native build on an Intel Mac"
         )
     else:
         out.append("native x86_64 build")
