@@ -752,6 +752,7 @@ class Sandbox:
     shim: Path
     torch_version: str
     label: str  # what was patched, for messages
+    python: str = sys.executable  # the interpreter the patched layer runs on
 
     def environment(self, mac: str, env: Mapping[str, str], has_mps: bool) -> dict[str, str]:
         # Only what the run needs: PYTORCH_MPS_* of the caller must not leak in.
@@ -782,7 +783,7 @@ class Sandbox:
     ) -> list[ProbeRecord]:
         """Run ``steps`` in a fresh interpreter on the pretend Mac ``mac``."""
         result = subprocess.run(
-            [sys.executable, str(self.root / "intelmac_probe.py"), json.dumps(list(steps))],
+            [self.python, str(self.root / "intelmac_probe.py"), json.dumps(list(steps))],
             cwd=self.root,
             env=self.environment(mac, env or {}, has_mps),
             capture_output=True,
@@ -820,7 +821,7 @@ class Sandbox:
     ) -> subprocess.CompletedProcess[str]:
         """``python -m torch.backends.mps ARGS`` on the pretend Mac ``mac``."""
         return subprocess.run(
-            [sys.executable, "-m", "torch.backends.mps", *args],
+            [self.python, "-m", "torch.backends.mps", *args],
             cwd=self.root,
             env=self.environment(mac, env or {}, has_mps),
             capture_output=True,

@@ -8,9 +8,12 @@ test doubles over the real policy header; see upstream_check's docstring.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +112,36 @@ def test_python_parser_matches_cpp_parser(module_sandbox: Sandbox) -> None:
         )
     assert python_side[spellings.index("maybe") + 1][1] is not None
     assert ALLOW_ENV in python_side[spellings.index("maybe") + 1][1]
+
+
+def _interpreter(version: str) -> str | None:
+    """A working python<version> on this machine (PATH, then pyenv's versions), or None."""
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(
+        str(p) for p in Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}")
+    )
+    wanted = str(tuple(int(part) for part in version.split(".")))
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print(tuple(sys.version_info[:2]))"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == wanted:
+            return candidate
+    return None
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("version", ["3.9", "3.13"])
+def test_on_upstream_2_6_0_tree_with_oldest_and_newest_python(
+    source_2_6_sandbox: Sandbox, version: str
+) -> None:
+    """2.6.0 supports Python 3.9 to 3.13; the patched layer must run on both ends."""
+    python = _interpreter(version)
+    if python is None:
+        pytest.skip(f"no working python{version} on this machine")
+    sandbox = dataclasses.replace(source_2_6_sandbox, python=python)
+    failures = [f"{r.name}: {r.failure}" for r in upstream_check.run_scenarios(sandbox) if not r.ok]
+    assert not failures, "\n".join(failures)
