@@ -3,6 +3,7 @@ fails on upstream code the series does not fit and passes on the real upstream r
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,10 @@ def test_detect_source_tree_and_wheel(tmp_path: Path) -> None:
 )
 def test_wheel_path_map(path: str, in_wheel: str | None) -> None:
     assert upstream_check.wheel_path(path) == in_wheel
+
+
+# Without a C++ compiler the Python layer cannot be exercised; the fidelity check still runs.
+HAVE_CXX = shutil.which(os.environ.get("CXX", "g++")) is not None
 
 
 def _series(line: str) -> list[Path]:
@@ -148,8 +153,9 @@ def test_real_2_6_0_source_tree() -> None:
     if not (SOURCE_2_6 / "version.txt").is_file():
         pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0)")
     lines: list[str] = []
-    assert upstream_check.check(SOURCE_2_6, out=lines.append) == 0, "\n".join(lines)
+    status = upstream_check.check(SOURCE_2_6, python_layer=HAVE_CXX, out=lines.append)
     report = "\n".join(lines)
+    assert status == 0, report
     assert "applies  torch/csrc/mps/Module.cpp" in report
     assert "FAIL" not in report
 
@@ -162,12 +168,17 @@ def test_real_wheel(version: str) -> None:
         pytest.skip(
             f"no unpacked {version} wheel at {root} (../shared/tools/upstream-wheel {version})"
         )
-    result = _cli(str(root))
+    result = _cli(str(root), *(() if HAVE_CXX else ("--no-python",)))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"torch {version}" in result.stdout
     assert "(as torch/_C/__init__.pyi)" in result.stdout
     assert "absent   torch/csrc/mps/Module.cpp" in result.stdout
-    assert "scenarios pass" in result.stdout and "FAIL" not in result.stdout
+    assert "FAIL" not in result.stdout
+    if HAVE_CXX:
+        assert (
+            f"{len(upstream_check.SCENARIOS)} of {len(upstream_check.SCENARIOS)} scenarios pass"
+            in result.stdout
+        )
 
 
 @pytest.mark.upstream
