@@ -18,17 +18,15 @@ from __future__ import annotations
 import argparse
 import functools
 import shutil
-from pathlib import Path
 from typing import Any
 
-from . import _fsutil, buildinfo, macos
+from . import _fsutil, _stage, buildinfo, macos
 from . import host as host_mod
-from ._locks import held
 from ._log import Log
-from ._plan import Section, Step, environment, render
+from ._plan import Section, Step, environment
 from .errors import BuildError, UnsupportedHostError
 from .host import Host
-from .options import Options, PythonTarget, add_common_arguments, resolve
+from .options import Options, PythonTarget
 from .patch_stage import read_marker
 from .source import SourceRecord
 
@@ -208,31 +206,14 @@ def build(options: Options, log: Log, host: Host | None = None) -> None:
 
 
 def built_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    path = options.layout.dist(python) / BUILT
-    data = _fsutil.read_json(path)
-    if not isinstance(data, dict) or not Path(str(data.get("wheel"))).is_file():
-        raise BuildError(
-            f"No built wheel for {python.tag} in {path.parent}: run the build stage first "
-            f"(python -m build_scripts build --version {options.line.version})."
-        )
-    return data
-
-
-def _main(args: argparse.Namespace) -> int:
-    options = resolve(args)
-    host = host_mod.probe()
-    if options.dry_run:
-        print(render([plan(options, host)]))
-        return 0
-    log = Log.create()
-    with held(
-        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    ):
-        build(options, log, host)
-    return 0
+    return _stage.read_record(options, python, BUILT, stage="build", what="built")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("build", help="compile the patched tree into wheels (macOS)")
-    add_common_arguments(parser)
-    parser.set_defaults(func=_main)
+    _stage.register(
+        subparsers,
+        "build",
+        "compile the patched tree into wheels (macOS)",
+        lambda options: plan(options, host_mod.probe()),
+        build,
+    )

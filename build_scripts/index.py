@@ -19,12 +19,12 @@ from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from . import _fsutil
+from . import _fsutil, _stage
 from ._locks import held
 from ._log import Log
-from ._plan import Section, Step, render
+from ._plan import Section, Step
 from .errors import BuildError
-from .options import DIST_NAME, Options, add_common_arguments, resolve
+from .options import DIST_NAME, Options
 from .verify import verified_record
 
 BUILD_JSON = ".build.json"
@@ -171,22 +171,11 @@ def plan(options: Options) -> Section:
     return Section("index", (), {}, tuple(steps))
 
 
-def _main(args: argparse.Namespace) -> int:
-    options = resolve(args)
-    if options.dry_run:
-        print(render([plan(options)]))
-        return 0
-    log = Log.create()
-    with held(
-        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    ):
-        index(options, log)
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "index", help="add verified wheels to wheels/ and rewrite its simple index"
+    _stage.register(
+        subparsers,
+        "index",
+        "add verified wheels to wheels/ and rewrite its simple index",
+        plan,
+        index,
     )
-    add_common_arguments(parser)
-    parser.set_defaults(func=_main)

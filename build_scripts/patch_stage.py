@@ -15,12 +15,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from . import _fsutil, patching
-from ._locks import held
+from . import _fsutil, _stage, patching
 from ._log import Log
-from ._plan import Section, Step, render
+from ._plan import Section, Step
 from .errors import BuildError
-from .options import Options, add_common_arguments, resolve
+from .options import Options
 from .source import SourceRecord
 
 MARKER = ".intelmac-series.json"
@@ -100,27 +99,18 @@ def patch(options: Options, log: Log) -> Path:
 def plan(options: Options) -> Section:
     layout = options.layout
     series = options.line.patches
-    steps = [Step(f"check all {len(series)} patches against {layout.source_tree} before applying any")]
+    steps = [
+        Step(f"check all {len(series)} patches against {layout.source_tree} before applying any")
+    ]
     steps += [Step(f"apply {patch.name}") for patch in series]
-    steps.append(Step(f"(applied to a fresh copy in a temporary folder, renamed onto {layout.patched_tree})"))
+    steps.append(
+        Step(f"(applied to a fresh copy in a temporary folder, renamed onto {layout.patched_tree})")
+    )
     note = f"series fingerprint {options.line.series_fingerprint}"
     return Section("patch", (note,), {}, tuple(steps))
 
 
-def _main(args: argparse.Namespace) -> int:
-    options = resolve(args)
-    if options.dry_run:
-        print(render([plan(options)]))
-        return 0
-    log = Log.create()
-    with held(
-        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    ):
-        patch(options, log)
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("patch", help="apply the line's patch series to a fresh copy")
-    add_common_arguments(parser)
-    parser.set_defaults(func=_main)
+    _stage.register(
+        subparsers, "patch", "apply the line's patch series to a fresh copy", plan, patch
+    )

@@ -16,9 +16,9 @@ from . import build as build_stage
 from . import host as host_mod
 from . import index as index_stage
 from . import patch_stage, repair, source, verify
-from ._locks import held
 from ._log import Log, elapsed
 from ._plan import render
+from ._stage import line_lock
 from .options import DIST_NAME, Options, add_common_arguments, resolve
 
 
@@ -47,9 +47,7 @@ def run_all(options: Options, log: Log) -> int:
         )
         return 0
     host = host_mod.probe()
-    with held(
-        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    ):
+    with line_lock(options, log):
         source.fetch(options, log)
         patch_stage.patch(options, log)
         build_stage.build(options, log, host)

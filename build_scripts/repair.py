@@ -18,15 +18,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import _fsutil, buildinfo
+from . import _fsutil, _stage, buildinfo
 from . import host as host_mod
-from ._locks import held
 from ._log import Log
-from ._plan import Section, Step, environment, render
+from ._plan import Section, Step, environment
 from .build import built_record
 from .errors import BuildError, UnsupportedHostError
 from .host import Host
-from .options import DIST_NAME, Options, PythonTarget, add_common_arguments, resolve
+from .options import DIST_NAME, Options, PythonTarget
 
 REPAIRED = "repaired.json"
 
@@ -139,14 +138,7 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
 
 
 def repaired_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    path = options.layout.dist(python) / REPAIRED
-    data = _fsutil.read_json(path)
-    if not isinstance(data, dict) or not Path(str(data.get("wheel"))).is_file():
-        raise BuildError(
-            f"No repaired wheel for {python.tag} in {path.parent}: run the repair stage first "
-            f"(python -m build_scripts repair --version {options.line.version})."
-        )
-    return data
+    return _stage.read_record(options, python, REPAIRED, stage="repair", what="repaired")
 
 
 def repair(options: Options, log: Log, host: Host | None = None) -> list[Path]:
@@ -180,22 +172,7 @@ def plan(options: Options) -> Section:
     return Section("repair", (), env, tuple(steps))
 
 
-def _main(args: argparse.Namespace) -> int:
-    options = resolve(args)
-    if options.dry_run:
-        print(render([plan(options)]))
-        return 0
-    log = Log.create()
-    with held(
-        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    ):
-        repair(options, log)
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "repair", help="bundle libomp (delocate) and add build information"
+    _stage.register(
+        subparsers, "repair", "bundle libomp (delocate) and add build information", plan, repair
     )
-    add_common_arguments(parser)
-    parser.set_defaults(func=_main)

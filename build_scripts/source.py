@@ -38,13 +38,13 @@ import yaml
 if TYPE_CHECKING:
     import requests
 
-from . import _fsutil
+from . import _fsutil, _stage
 from ._locks import held
 from ._log import Log
 from ._plan import Section, Step
 from .catalog import Catalog
 from .errors import BuildError
-from .options import FetchSettings, Options, add_common_arguments, resolve
+from .options import FetchSettings, Options
 
 UPSTREAM_GIT = "https://github.com/pytorch/pytorch.git"
 # 404 is retried too: GitHub's release CDN has answered 404 for a few seconds after an
@@ -667,24 +667,11 @@ def plan(options: Options) -> Section:
     return Section("fetch", tuple(notes), {}, tuple(steps))
 
 
-def _main(args: argparse.Namespace) -> int:
-    options = resolve(args)
-    if options.dry_run:
-        from ._plan import render
-
-        print(render([plan(options)]))
-        return 0
-    log = Log.create()
-    with held(
-        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    ):
-        fetch(options, log)
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "fetch", help="download (or clone, or copy), check and extract the upstream source"
+    _stage.register(
+        subparsers,
+        "fetch",
+        "download (or clone, or copy), check and extract the upstream source",
+        plan,
+        fetch,
     )
-    add_common_arguments(parser)
-    parser.set_defaults(func=_main)

@@ -38,12 +38,11 @@ from typing import Any
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from . import _binaries, _fsutil, buildinfo, patching
-from ._locks import held
+from . import _binaries, _fsutil, _stage, buildinfo, patching
 from ._log import Log
-from ._plan import Section, Step, render
+from ._plan import Section, Step
 from .errors import BuildError
-from .options import DIST_NAME, Options, PythonTarget, add_common_arguments, resolve
+from .options import DIST_NAME, Options, PythonTarget
 from .repair import repaired_record
 from .source import SourceRecord
 
@@ -377,15 +376,8 @@ def verify(options: Options, log: Log) -> list[Path]:
 
 
 def verified_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    path = options.layout.dist(python) / VERIFIED
-    data = _fsutil.read_json(path)
-    if not isinstance(data, dict):
-        raise BuildError(
-            f"No verified wheel for {python.tag} ({path} is missing): run the verify stage "
-            f"(python -m build_scripts verify --version {options.line.version}); a wheel that "
-            "fails it never enters the index."
-        )
-    return data
+    # A wheel that failed verification has no record: it never enters the index.
+    return _stage.read_record(options, python, VERIFIED, stage="verify", what="verified")
 
 
 def plan(options: Options) -> Section:
@@ -399,22 +391,11 @@ def plan(options: Options) -> Section:
     return Section("verify", (), {}, tuple(steps))
 
 
-def _main(args: argparse.Namespace) -> int:
-    options = resolve(args)
-    if options.dry_run:
-        print(render([plan(options)]))
-        return 0
-    log = Log.create()
-    with held(
-        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    ):
-        verify(options, log)
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "verify", help="check the repaired wheels before they may enter the index"
+    _stage.register(
+        subparsers,
+        "verify",
+        "check the repaired wheels before they may enter the index",
+        plan,
+        verify,
     )
-    add_common_arguments(parser)
-    parser.set_defaults(func=_main)

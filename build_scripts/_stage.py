@@ -1,0 +1,63 @@
+"""What every stage subcommand shares: --dry-run, the line's lock and the stage records.
+
+A stage module provides ``plan(options) -> Section`` and ``run(options, log)``;
+``register`` turns them into a subcommand that prints the plan for ``--dry-run`` and
+otherwise runs the stage while holding the release line's lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from . import _fsutil
+from ._locks import held
+from ._log import Log
+from ._plan import Section, render
+from .errors import BuildError
+from .options import Options, PythonTarget, add_common_arguments, resolve
+
+
+def line_lock(options: Options, log: Log) -> AbstractContextManager[None]:
+    return held(
+        options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
+    )
+
+
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help: str,
+    plan: Callable[[Options], Section],
+    run: Callable[[Options, Log], object],
+) -> None:
+    def main(args: argparse.Namespace) -> int:
+        options = resolve(args)
+        if options.dry_run:
+            print(render([plan(options)]))
+            return 0
+        log = Log.create()
+        with line_lock(options, log):
+            run(options, log)
+        return 0
+
+    parser = subparsers.add_parser(name, help=help)
+    add_common_arguments(parser)
+    parser.set_defaults(func=main)
+
+
+def read_record(
+    options: Options, python: PythonTarget, filename: str, *, stage: str, what: str
+) -> dict[str, Any]:
+    """A stage's record for ``python`` whose wheel still exists, or a message naming the stage to run."""
+    path = options.layout.dist(python) / filename
+    data = _fsutil.read_json(path)
+    if not isinstance(data, dict) or not Path(str(data.get("wheel"))).is_file():
+        raise BuildError(
+            f"No {what} wheel for {python.tag} in {path.parent}: run the {stage} stage first "
+            f"(python -m build_scripts {stage} --version {options.line.version})."
+        )
+    return data
