@@ -37,8 +37,8 @@ def repaired_dir(options: Options, python: PythonTarget) -> Path:
 def delocate_argv(wheel: Path, out_dir: Path) -> tuple[str, ...]:
     beside = Path(sys.executable).parent / "delocate-wheel"
     tool = str(beside) if beside.exists() else "delocate-wheel"
-    # --sanitize-rpaths (delocate's default since 0.11, spelled out): drop LC_RPATHs that
-    # point outside the wheel. Upstream's own 2.6/2.9 wheels still carry one to the build
+    # --sanitize-rpaths (delocate 0.10.6+; later releases default to it, spelled out here):
+    # drop LC_RPATHs that point outside the wheel. Upstream's own 2.6/2.9 wheels still carry one to the build
     # machine's conda env in torch/_C*.so; verify refuses such a wheel.
     return (
         tool,
@@ -53,7 +53,8 @@ def delocate_argv(wheel: Path, out_dir: Path) -> tuple[str, ...]:
 
 
 def delocate_env(options: Options) -> dict[str, str]:
-    # delocate checks every bundled library against MACOSX_DEPLOYMENT_TARGET and refuses
+    # delocate (0.11+, which pyproject.toml requires) checks every bundled library against
+    # MACOSX_DEPLOYMENT_TARGET and refuses
     # one that needs a newer macOS (a Homebrew libomp bottle built for the host's macOS),
     # instead of silently re-tagging the wheel for Macs the line does not target.
     return {"MACOSX_DEPLOYMENT_TARGET": options.line.macos_deployment_target}
