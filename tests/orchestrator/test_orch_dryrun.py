@@ -8,6 +8,9 @@ the series grows); everything else is: commands, variables, folders.
 from __future__ import annotations
 
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -275,3 +278,48 @@ def test_max_jobs_is_bounded_by_memory_and_cores() -> None:
     assert host.max_jobs(Host("Darwin", "x86_64", "14", 16, 16 * GIB, None, None, None)) == 8
     assert host.max_jobs(Host("Darwin", "x86_64", "14", 4, 64 * GIB, None, None, None)) == 4
     assert host.max_jobs(Host("Darwin", "x86_64", "14", 4, 1 * GIB, None, None, None)) == 1
+
+
+def _other_python() -> str | None:
+    """Another CPython on PATH (a neighbouring minor version), or None."""
+    minor = sys.version_info[1]
+    for candidate in (minor + 1, minor - 1, minor + 2):
+        found = shutil.which(f"python3.{candidate}")
+        if (
+            found
+            and subprocess.run([found, "-c", ""], capture_output=True, check=False).returncode == 0
+        ):
+            return found
+    return None
+
+
+def test_cmake_cache_rewrite_between_two_real_interpreters(tmp_path: Path) -> None:
+    """Probe two real venvs, write a cache with the first one's paths, retarget it."""
+    other = _other_python()
+    if other is None:
+        pytest.skip("needs a second CPython version on PATH")
+    first, second = tmp_path / "venvs" / "a", tmp_path / "venvs" / "b"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(first)], check=True)
+    subprocess.run([other, "-m", "venv", "--without-pip", str(second)], check=True)
+    old = PythonPaths.probe(first / "bin" / "python")
+    new = PythonPaths.probe(second / "bin" / "python")
+    assert old.version != new.version
+    nodot = old.version.replace(".", "")
+    cache = (
+        f"Python_EXECUTABLE:FILEPATH={old.executable}\n"
+        f"Python_INCLUDE_DIR:PATH={old.paths['include']}\n"
+        f"PYTHON_SITE_PACKAGES:PATH={old.paths['purelib']}\n"
+        f"PYTHON_EXTENSION_SUFFIX:STRING=.cpython-{nodot}-darwin.so\n"
+        f"_Python_VERSION:INTERNAL={old.full_version}\n"
+        "USE_MPS:BOOL=ON\n"
+    )
+    text, changed = rewrite_cmake_cache(cache, old, new)
+    assert text == (
+        f"Python_EXECUTABLE:FILEPATH={new.executable}\n"
+        f"Python_INCLUDE_DIR:PATH={new.paths['include']}\n"
+        f"PYTHON_SITE_PACKAGES:PATH={new.paths['purelib']}\n"
+        f"PYTHON_EXTENSION_SUFFIX:STRING=.cpython-{new.version.replace('.', '')}-darwin.so\n"
+        f"_Python_VERSION:INTERNAL={new.full_version}\n"
+        "USE_MPS:BOOL=ON\n"
+    )
+    assert changed == 5
