@@ -1069,6 +1069,25 @@ def scenario_opt_in_after_failed_scan(sandbox: Sandbox) -> None:
     )
 
 
+def scenario_set_before_first_use(sandbox: Sandbox) -> None:
+    """Set right after import, before any MPS use: it decides the first scan."""
+    records = sandbox.probe("mac-mini-2018", ["set=true", "is_available", "get"])
+    _expect(
+        all(r.error is None for r in records),
+        f"no step may fail: {[r.error for r in records if r.error]}",
+    )
+    _expect(
+        _only(records, "is_available").value is True,
+        "allow_intel_gpu = True before first use must make the Intel GPU usable",
+    )
+    dual = sandbox.probe("macbook-pro-16-2019", ["set=true", "devices"])
+    selected = [d["name"] for d in _no_error(_only(dual, "devices")).value if d["selected"]]
+    _expect(
+        selected == [PRO5500M["name"]],
+        f"the opt-in must not move a dual-GPU Mac off its Radeon, got {selected}",
+    )
+
+
 def scenario_late_change_raises(sandbox: Sandbox) -> None:
     """A device in use and a flag change that would switch it: RuntimeError, flag unchanged."""
     records = sandbox.probe(
@@ -1352,6 +1371,7 @@ SCENARIOS: dict[str, Scenario] = {
         scenario_env_spellings,
         scenario_env_invalid_warns_once,
         scenario_opt_in_after_failed_scan,
+        scenario_set_before_first_use,
         scenario_late_change_raises,
         scenario_unchanged_choice_is_noop,
         scenario_pick_by_index,

@@ -194,3 +194,30 @@ def test_version_override_picks_another_series() -> None:
         pass  # another line's series need not fit this wheel; which series was tried matters here
     assert lines[0].startswith("check-upstream:") and "torch 2.6.0" in lines[0]
     assert lines[1].startswith("series of line 2.15.0")
+
+
+@pytest.mark.upstream
+def test_fails_on_a_modified_wheel_stub(tmp_path: Path) -> None:
+    """A wheel-shaped copy whose generated stub lost 0003's anchor: fails, naming the .pyi.in hunk."""
+    source = wheel_dir("2.15.0")
+    if not (source / "torch").is_dir():
+        pytest.skip(f"no unpacked 2.15.0 wheel at {source}")
+    wheel = tmp_path / "wheel"
+    shutil.copytree(next(source.glob("torch-*.dist-info")), wheel / "torch-2.15.0.dist-info")
+    for patch in _series("2.15.0"):
+        for change in patching.file_changes(patch):
+            mapped = upstream_check.wheel_path(change.path)
+            if mapped and not change.is_new and (source / mapped).is_file():
+                (wheel / mapped).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source / mapped, wheel / mapped)
+    stub = wheel / "torch" / "_C" / "__init__.pyi"
+    text = stub.read_text()
+    anchor = "# Defined in torch/csrc/mps/Module.cpp\n"
+    assert anchor in text
+    stub.write_text(text.replace(anchor, "# Defined in torch/csrc/mps/Module.cpp (moved)\n"))
+
+    with pytest.raises(PatchConflict) as caught:
+        upstream_check.check(wheel, python_layer=False, out=lambda line: None)
+    message = str(caught.value)
+    assert "0003-mps-python-opt-in-and-device-report.patch" in message
+    assert "torch/_C/__init__.pyi.in" in message
