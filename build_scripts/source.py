@@ -303,10 +303,16 @@ def _attempt(
                 task = bar.task_ids[0]
                 # raw.stream: the bytes as sent; a server that labels a .tar.gz with
                 # Content-Encoding: gzip must not get it decompressed on the way to disk.
+                last_note = time.monotonic()
                 for chunk in response.raw.stream(_fsutil.CHUNK, decode_content=False):
                     handle.write(chunk)
                     written += len(chunk)
                     bar.update(task, completed=written)
+                    if not log.console.is_terminal and time.monotonic() - last_note >= 60:
+                        # No bar in a CI log: a line a minute instead.
+                        of = f" of {total / 2**20:.0f}" if total else ""
+                        log.info(f"{destination.name}: {written / 2**20:.0f}{of} MiB")
+                        last_note = time.monotonic()
         except _network_errors() as exc:
             raise _Retryable(
                 f"the download of {url} broke off at {written} bytes ({exc.__class__.__name__})"
