@@ -50,11 +50,13 @@ class MPSDeviceInfo(NamedTuple):
 
     ``index`` is the position in :func:`devices`, which lists devices in an order that
     does not depend on the order macOS reports them in (``PYTORCH_MPS_DEVICE`` accepts
-    it). ``skip_reason`` says why a device is not used; it is ``None`` for the selected
-    device and, on Intel Macs, for eligible devices that simply ranked lower.
+    it). ``skip_reason`` says why a device is not used (for example "ranked after [0] AMD
+    Radeon Pro 5500M ..."); it is ``None`` only for the selected device.
     """
 
-    index: int
+    # Shadows tuple.index(); the name is the documented field, and the method is of no
+    # use on a record like this.
+    index: int  # type: ignore[assignment]
     name: str
     low_power: bool
     removable: bool
