@@ -303,8 +303,7 @@ def format_device_table(infos: Sequence[MPSDeviceInfo]) -> str:
     return "\n".join(lines)
 
 
-def _env_state(name: str) -> str:
-    value = os.environ.get(name)
+def _env_state(value: Optional[str]) -> str:
     return "unset" if value is None else repr(value)
 
 
@@ -339,8 +338,8 @@ def format_report(data: Dict[str, Any]) -> str:
         format_device_table(infos),
         "",
         f"torch.backends.mps.allow_intel_gpu = {data['allow_intel_gpu']}",
-        f"{ALLOW_ENV}: {_env_state(ALLOW_ENV)}",
-        f"{DEVICE_ENV}: {_env_state(DEVICE_ENV)}",
+        f"{ALLOW_ENV}: {_env_state(data['environment'][ALLOW_ENV])}",
+        f"{DEVICE_ENV}: {_env_state(data['environment'][DEVICE_ENV])}",
         "",
     ]
     if info is None:
