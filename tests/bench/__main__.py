@@ -16,53 +16,95 @@ from typing import Any
 
 import torch
 
-from tests.regress._device import DEVICE_TYPES, default_device, describe, host_info, torch_info, unavailable_reason
+from tests.regress._device import (
+    DEVICE_TYPES,
+    default_device,
+    describe,
+    host_info,
+    torch_info,
+    unavailable_reason,
+)
 
 from . import _kernels, _peaks, _plot, _timing
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=DEVICE_TYPES, default=None,
-                   help="device to benchmark (default: mps when available, else cuda, xpu, cpu)")
+    p = argparse.ArgumentParser(
+        prog="python -m tests.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--device",
+        choices=DEVICE_TYPES,
+        default=None,
+        help="device to benchmark (default: mps when available, else cuda, xpu, cpu)",
+    )
     p.add_argument("--out", type=Path, default=Path("reports/bench"))
-    p.add_argument("--smoke", action="store_true", help="tiny sizes (CI): checks the tool, measures nothing useful")
-    p.add_argument("--matmul-bf16", type=int, default=0, metavar="N",
-                   help="also time an N x N x N bfloat16 matmul on the device (e.g. 8192; no CPU baseline)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes (CI): checks the tool, measures nothing useful",
+    )
+    p.add_argument(
+        "--matmul-bf16",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time an N x N x N bfloat16 matmul on the device (e.g. 8192; no CPU baseline)",
+    )
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU baselines")
-    p.add_argument("--only", nargs="+", default=None, metavar="PREFIX",
-                   help="only kernels whose name starts with one of these (e.g. matmul_NN conv2d)")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds of timed repeats per kernel and backend (default 2, smoke 0.2)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="PREFIX",
+        help="only kernels whose name starts with one of these (e.g. matmul_NN conv2d)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds of timed repeats per kernel and backend (default 2, smoke 0.2)",
+    )
     return p.parse_args(argv)
 
 
 def _rate(kernel: _kernels.Kernel, seconds: float) -> dict[str, float | None]:
-    return {"gflops": kernel.flops / seconds / 1e9 if kernel.flops else None,
-            "gbps": kernel.bytes / seconds / 1e9 if kernel.bytes else None}
+    return {
+        "gflops": kernel.flops / seconds / 1e9 if kernel.flops else None,
+        "gbps": kernel.bytes / seconds / 1e9 if kernel.bytes else None,
+    }
 
 
 def _time_on(kernel: _kernels.Kernel, device: str, budget: float) -> dict[str, Any]:
     try:
         fn = kernel.setup(device)
         slow = device == "cpu"
-        timing = _timing.measure(fn, device, warmup=1 if slow else 3, min_repeats=3 if slow else 5,
-                                 budget_s=budget if not slow else budget / 2,
-                                 target_s=0.01 if slow else 0.02)
-    except Exception as exc:  # report the kernel as failed and go on with the others
+        timing = _timing.measure(
+            fn,
+            device,
+            warmup=1 if slow else 3,
+            min_repeats=3 if slow else 5,
+            budget_s=budget if not slow else budget / 2,
+            target_s=0.01 if slow else 0.02,
+        )
+    except Exception as exc:  # noqa: BLE001  # report the kernel as failed and go on with the others
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     return {**timing.as_dict(), **_rate(kernel, timing.median_s)}
 
 
-def _percent(kernel: _kernels.Kernel, result: dict[str, Any], peak: _peaks.Peak | None,
-             tf32: dict[str, bool]) -> float | None:
+def _percent(
+    kernel: _kernels.Kernel, result: dict[str, Any], peak: _peaks.Peak | None, tf32: dict[str, bool]
+) -> float | None:
     if peak is None or "error" in result:
         return None
     if kernel.flops and kernel.group in ("matmul", "conv2d", "training"):
         # float32 convolutions use TF32 tensor cores under cuDNN's default (allow_tf32=True);
         # matmuls do not under torch's default precision "highest". Each against its own peak.
-        top = _peaks.compute_peak(peak, kernel.dtype, tf32["conv" if kernel.group == "conv2d" else "matmul"])
+        top = _peaks.compute_peak(
+            peak, kernel.dtype, tf32["conv" if kernel.group == "conv2d" else "matmul"]
+        )
         return 100.0 * result["gflops"] / top if top else None
     if kernel.bytes and peak.bandwidth_gbs:
         return 100.0 * result["gbps"] / peak.bandwidth_gbs
@@ -76,15 +118,24 @@ def _geomean(values: list[float]) -> float | None:
 def speedups(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for base in ("cpu_1_thread", "cpu_all_threads"):
-        pairs = [(r["name"], r[base]["median_s"] / r["device"]["median_s"]) for r in rows
-                 if "median_s" in r.get(base, {}) and "median_s" in r["device"]]
+        pairs = [
+            (r["name"], r[base]["median_s"] / r["device"]["median_s"])
+            for r in rows
+            if "median_s" in r.get(base, {}) and "median_s" in r["device"]
+        ]
         if not pairs:
             continue
         worst = min(pairs, key=lambda p: p[1])
         best = max(pairs, key=lambda p: p[1])
-        out[base] = {"geomean": _geomean([s for _, s in pairs]), "worst": worst[1], "worst_kernel": worst[0],
-                     "best": best[1], "best_kernel": best[0], "kernels": len(pairs),
-                     "slower_than_cpu": [n for n, s in pairs if s < 1.0]}
+        out[base] = {
+            "geomean": _geomean([s for _, s in pairs]),
+            "worst": worst[1],
+            "worst_kernel": worst[0],
+            "best": best[1],
+            "best_kernel": best[0],
+            "kernels": len(pairs),
+            "slower_than_cpu": [n for n, s in pairs if s < 1.0],
+        }
     return out
 
 
@@ -100,26 +151,44 @@ def main(argv: list[str] | None = None) -> int:
     # Which float32 kernels may run on TF32 tensor cores under torch's defaults on CUDA:
     # matmul no (precision "highest"), cuDNN convolutions yes (cudnn.allow_tf32). Measured as
     # users get them; the percent of peak uses the matching peak.
-    tf32 = {"matmul": device == "cuda" and torch.get_float32_matmul_precision() != "highest",
-            "conv": device == "cuda" and bool(torch.backends.cudnn.allow_tf32)}
+    tf32 = {
+        "matmul": device == "cuda" and torch.get_float32_matmul_precision() != "highest",
+        "conv": device == "cuda" and bool(torch.backends.cudnn.allow_tf32),
+    }
     budget = args.budget if args.budget is not None else (0.2 if args.smoke else 2.0)
     all_threads = torch.get_num_threads()
     kernels = _kernels.suite(args.smoke, args.matmul_bf16 or None)
     if args.only:
         kernels = [k for k in kernels if any(k.name.startswith(p) for p in args.only)]
     started = dt.datetime.now(dt.timezone.utc)
-    print(f"bench: {device} = {info.name} (peak table: {peak.name if peak else 'unknown device: no percentages'}); "
-          f"CPU {all_threads} threads; {len(kernels)} kernels", flush=True)
+    print(
+        f"bench: {device} = {info.name} (peak table: {peak.name if peak else 'unknown device: no percentages'}); "
+        f"CPU {all_threads} threads; {len(kernels)} kernels",
+        flush=True,
+    )
 
     rows: list[dict[str, Any]] = []
     for kernel in kernels:
-        row: dict[str, Any] = {"name": kernel.name, "group": kernel.group, "dtype": kernel.dtype,
-                               "params": kernel.params, "flops": kernel.flops, "bytes": kernel.bytes}
+        row: dict[str, Any] = {
+            "name": kernel.name,
+            "group": kernel.group,
+            "dtype": kernel.dtype,
+            "params": kernel.params,
+            "flops": kernel.flops,
+            "bytes": kernel.bytes,
+        }
         row["device"] = _time_on(kernel, device, budget)
         row["percent_of_peak"] = _percent(kernel, row["device"], peak, tf32)
-        if peak is not None and peak.measured_bf16_gflops and kernel.dtype == "bfloat16" and row["device"].get("gflops"):
+        if (
+            peak is not None
+            and peak.measured_bf16_gflops
+            and kernel.dtype == "bfloat16"
+            and row["device"].get("gflops")
+        ):
             # Against the rate measured on this very machine type, not the datasheet's.
-            row["percent_of_measured_bf16"] = 100.0 * row["device"]["gflops"] / peak.measured_bf16_gflops
+            row["percent_of_measured_bf16"] = (
+                100.0 * row["device"]["gflops"] / peak.measured_bf16_gflops
+            )
         if kernel.cpu_baseline and not args.no_cpu:
             try:
                 torch.set_num_threads(1)
@@ -129,13 +198,25 @@ def main(argv: list[str] | None = None) -> int:
             row["cpu_all_threads"] = _time_on(kernel, "cpu", budget)
         rows.append(row)
         dev = row["device"]
-        rate = (f"{dev['gflops']:.1f} GFLOPS" if dev.get("gflops") else
-                f"{dev['gbps']:.1f} GB/s" if dev.get("gbps") else dev.get("error", ""))
-        pct = f" ({row['percent_of_peak']:.0f}% of peak)" if row["percent_of_peak"] is not None else ""
+        rate = (
+            f"{dev['gflops']:.1f} GFLOPS"
+            if dev.get("gflops")
+            else f"{dev['gbps']:.1f} GB/s"
+            if dev.get("gbps")
+            else dev.get("error", "")
+        )
+        pct = (
+            f" ({row['percent_of_peak']:.0f}% of peak)"
+            if row["percent_of_peak"] is not None
+            else ""
+        )
         if "percent_of_measured_bf16" in row:
             pct += f" ({row['percent_of_measured_bf16']:.1f}% of the {peak.measured_bf16_gflops / 1e3:.0f} TFLOP/s measured reference)"
-        cpu = "".join(f"; {b} x{row[b]['median_s'] / dev['median_s']:.2f}" for b in ("cpu_1_thread", "cpu_all_threads")
-                      if "median_s" in row.get(b, {}) and "median_s" in dev)
+        cpu = "".join(
+            f"; {b} x{row[b]['median_s'] / dev['median_s']:.2f}"
+            for b in ("cpu_1_thread", "cpu_all_threads")
+            if "median_s" in row.get(b, {}) and "median_s" in dev
+        )
         med = f"{dev['median_s'] * 1e3:.3f} ms " if "median_s" in dev else ""
         print(f"bench: {kernel.name}: {med}{rate}{pct}{cpu}", flush=True)
 
@@ -147,9 +228,16 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch_info(),
         "device": info.as_dict(),
         "peak": None if peak is None else {**peak.__dict__},
-        "options": {"smoke": args.smoke, "matmul_bf16": args.matmul_bf16, "budget_s": budget,
-                    "cpu_threads_all": all_threads, "float32_matmul_precision": torch.get_float32_matmul_precision(),
-                    "tf32": tf32["matmul"], "tf32_conv": tf32["conv"], "argv": sys.argv[1:] if argv is None else argv},
+        "options": {
+            "smoke": args.smoke,
+            "matmul_bf16": args.matmul_bf16,
+            "budget_s": budget,
+            "cpu_threads_all": all_threads,
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "tf32": tf32["matmul"],
+            "tf32_conv": tf32["conv"],
+            "argv": sys.argv[1:] if argv is None else argv,
+        },
         "speedup": speedups(rows),
         "kernels": rows,
     }
@@ -158,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "bench.md").write_text(_plot.markdown(report), encoding="utf-8")
     _plot.png(report, args.out / "bench.png")
     for base, s in report["speedup"].items():
-        print(f"bench: speedup vs {base}: geomean x{s['geomean']:.2f}, worst x{s['worst']:.2f} ({s['worst_kernel']})")
+        print(
+            f"bench: speedup vs {base}: geomean x{s['geomean']:.2f}, worst x{s['worst']:.2f} ({s['worst_kernel']})"
+        )
     failed = [r["name"] for r in rows if "error" in r["device"]]
     if failed:
         print(f"bench: kernels that failed on {device}: {failed}", file=sys.stderr)

@@ -34,15 +34,23 @@ def _randn(shape: tuple[int, ...], device: str, dtype: torch.dtype, seed: int) -
 
 def matmul(n: int, layout: str, dtype: str = "float32", cpu_baseline: bool = True) -> Kernel:
     """C = A @ B (NN) or A @ B^T with B stored row-major n x n (NT), as the BLAS names go."""
+
     def setup(device: str) -> Callable[[], Any]:
         a = _randn((n, n), device, DTYPES[dtype], 1)
         b = _randn((n, n), device, DTYPES[dtype], 2)
         if layout == "NT":
             return lambda: a @ b.t()
         return lambda: a @ b
-    return Kernel(f"matmul_{layout}_{n}" + ("" if dtype == "float32" else f"_{dtype}"), "matmul", dtype,
-                  setup, flops=2.0 * n * n * n, params={"n": n, "layout": layout},
-                  cpu_baseline=cpu_baseline)
+
+    return Kernel(
+        f"matmul_{layout}_{n}" + ("" if dtype == "float32" else f"_{dtype}"),
+        "matmul",
+        dtype,
+        setup,
+        flops=2.0 * n * n * n,
+        params={"n": n, "layout": layout},
+        cpu_baseline=cpu_baseline,
+    )
 
 
 def conv2d(label: str, batch: int, cin: int, cout: int, hw: int, k: int, stride: int) -> Kernel:
@@ -53,9 +61,15 @@ def conv2d(label: str, batch: int, cin: int, cout: int, hw: int, k: int, stride:
         x = _randn((batch, cin, hw, hw), device, torch.float32, 3)
         w = _randn((cout, cin, k, k), device, torch.float32, 4) * (1.0 / (cin * k * k) ** 0.5)
         return lambda: torch.nn.functional.conv2d(x, w, stride=stride, padding=pad)
-    return Kernel(f"conv2d_{label}", "conv2d", "float32", setup,
-                  flops=2.0 * batch * cout * out_hw * out_hw * cin * k * k,
-                  params={"batch": batch, "cin": cin, "cout": cout, "hw": hw, "k": k, "stride": stride})
+
+    return Kernel(
+        f"conv2d_{label}",
+        "conv2d",
+        "float32",
+        setup,
+        flops=2.0 * batch * cout * out_hw * out_hw * cin * k * k,
+        params={"batch": batch, "cin": cin, "cout": cout, "hw": hw, "k": k, "stride": stride},
+    )
 
 
 def elementwise(kind: str, n: int) -> Kernel:
@@ -66,16 +80,26 @@ def elementwise(kind: str, n: int) -> Kernel:
         if kind == "add":
             return lambda: torch.add(a, b, out=out)
         return lambda: out.copy_(a)
+
     moved = (3 if kind == "add" else 2) * 4.0 * n  # read every input once, write the output once
-    return Kernel(f"elementwise_{kind}_{n}", "elementwise", "float32", setup, bytes=moved, params={"n": n})
+    return Kernel(
+        f"elementwise_{kind}_{n}", "elementwise", "float32", setup, bytes=moved, params={"n": n}
+    )
 
 
 def softmax(rows: int, cols: int) -> Kernel:
     def setup(device: str) -> Callable[[], Any]:
         x = _randn((rows, cols), device, torch.float32, 7)
         return lambda: torch.softmax(x, dim=-1)
-    return Kernel(f"softmax_{rows}x{cols}", "softmax", "float32", setup, bytes=2 * 4.0 * rows * cols,
-                  params={"rows": rows, "cols": cols})
+
+    return Kernel(
+        f"softmax_{rows}x{cols}",
+        "softmax",
+        "float32",
+        setup,
+        bytes=2 * 4.0 * rows * cols,
+        params={"rows": rows, "cols": cols},
+    )
 
 
 def layer_norm(rows: int, cols: int) -> Kernel:
@@ -84,21 +108,46 @@ def layer_norm(rows: int, cols: int) -> Kernel:
         w = torch.ones(cols, device=device)
         b = torch.zeros(cols, device=device)
         return lambda: torch.nn.functional.layer_norm(x, (cols,), w, b)
-    return Kernel(f"layer_norm_{rows}x{cols}", "layer_norm", "float32", setup,
-                  bytes=2 * 4.0 * rows * cols, params={"rows": rows, "cols": cols})
+
+    return Kernel(
+        f"layer_norm_{rows}x{cols}",
+        "layer_norm",
+        "float32",
+        setup,
+        bytes=2 * 4.0 * rows * cols,
+        params={"rows": rows, "cols": cols},
+    )
 
 
 def _small_resnet(width: int) -> nn.Module:
     def block(cin: int, cout: int, stride: int) -> nn.Module:
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-                             nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-    return nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-                         block(width, width, 1), block(width, 2 * width, 2), block(2 * width, 4 * width, 2),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, 10))
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(),
+        )
+
+    return nn.Sequential(
+        nn.Conv2d(3, width, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(),
+        block(width, width, 1),
+        block(width, 2 * width, 2),
+        block(2 * width, 4 * width, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4 * width, 10),
+    )
 
 
-def _training_step(build: Callable[[], nn.Module], make_batch: Callable[[str], tuple[torch.Tensor, torch.Tensor]],
-                   loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[str], Callable[[], Any]]:
+def _training_step(
+    build: Callable[[], nn.Module],
+    make_batch: Callable[[str], tuple[torch.Tensor, torch.Tensor]],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Callable[[str], Callable[[], Any]]:
     def setup(device: str) -> Callable[[], Any]:
         torch.manual_seed(0)
         model = build().to(device)
@@ -109,7 +158,9 @@ def _training_step(build: Callable[[], nn.Module], make_batch: Callable[[str], t
             opt.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()
             opt.step()
+
         return step
+
     return setup
 
 
@@ -127,23 +178,46 @@ def count_flops(setup: Callable[[str], Callable[[], Any]]) -> float | None:
 
 
 def train_cnn(batch: int, width: int, hw: int) -> Kernel:
-    setup = _training_step(lambda: _small_resnet(width),
-                           lambda d: (_randn((batch, 3, hw, hw), d, torch.float32, 9),
-                                      torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(9)).to(d)),
-                           nn.functional.cross_entropy)
-    return Kernel(f"train_step_small_cnn_b{batch}", "training", "float32", setup, flops=count_flops(setup),
-                  params={"batch": batch, "width": width, "hw": hw})
+    setup = _training_step(
+        lambda: _small_resnet(width),
+        lambda d: (
+            _randn((batch, 3, hw, hw), d, torch.float32, 9),
+            torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(9)).to(d),
+        ),
+        nn.functional.cross_entropy,
+    )
+    return Kernel(
+        f"train_step_small_cnn_b{batch}",
+        "training",
+        "float32",
+        setup,
+        flops=count_flops(setup),
+        params={"batch": batch, "width": width, "hw": hw},
+    )
 
 
 def train_bert_layer(batch: int, seq: int, dim: int, heads: int, ff: int) -> Kernel:
     def build() -> nn.Module:
-        return nn.TransformerEncoderLayer(dim, heads, ff, dropout=0.0, activation="gelu", batch_first=True)
-    setup = _training_step(build,
-                           lambda d: (_randn((batch, seq, dim), d, torch.float32, 10),
-                                      _randn((batch, seq, dim), d, torch.float32, 11)),
-                           nn.functional.mse_loss)
-    return Kernel(f"train_step_bert_layer_b{batch}_s{seq}", "training", "float32", setup,
-                  flops=count_flops(setup), params={"batch": batch, "seq": seq, "dim": dim, "heads": heads, "ff": ff})
+        return nn.TransformerEncoderLayer(
+            dim, heads, ff, dropout=0.0, activation="gelu", batch_first=True
+        )
+
+    setup = _training_step(
+        build,
+        lambda d: (
+            _randn((batch, seq, dim), d, torch.float32, 10),
+            _randn((batch, seq, dim), d, torch.float32, 11),
+        ),
+        nn.functional.mse_loss,
+    )
+    return Kernel(
+        f"train_step_bert_layer_b{batch}_s{seq}",
+        "training",
+        "float32",
+        setup,
+        flops=count_flops(setup),
+        params={"batch": batch, "seq": seq, "dim": dim, "heads": heads, "ff": ff},
+    )
 
 
 MATMUL_SIZES = (256, 512, 1024, 1025, 2048, 4096)
@@ -153,8 +227,16 @@ SMOKE_MATMUL_SIZES = (64, 128, 129)
 def suite(smoke: bool, matmul_bf16: int | None = None) -> list[Kernel]:
     if smoke:
         kernels = [matmul(n, layout) for layout in ("NN", "NT") for n in SMOKE_MATMUL_SIZES]
-        kernels += [conv2d("3x3_16ch_16px", 1, 16, 16, 16, 3, 1), conv2d("1x1_32to16_16px", 1, 32, 16, 16, 1, 1)]
-        kernels += [elementwise("add", 1 << 16), elementwise("copy", 1 << 16), softmax(64, 128), layer_norm(64, 128)]
+        kernels += [
+            conv2d("3x3_16ch_16px", 1, 16, 16, 16, 3, 1),
+            conv2d("1x1_32to16_16px", 1, 32, 16, 16, 1, 1),
+        ]
+        kernels += [
+            elementwise("add", 1 << 16),
+            elementwise("copy", 1 << 16),
+            softmax(64, 128),
+            layer_norm(64, 128),
+        ]
         kernels += [train_cnn(4, 8, 16), train_bert_layer(2, 16, 64, 4, 128)]
     else:
         kernels = [matmul(n, layout) for layout in ("NN", "NT") for n in MATMUL_SIZES]
@@ -168,8 +250,12 @@ def suite(smoke: bool, matmul_bf16: int | None = None) -> list[Kernel]:
             conv2d("3x3_512ch_7px", 8, 512, 512, 7, 3, 1),
             conv2d("1x1_256to64_56px", 8, 256, 64, 56, 1, 1),
         ]
-        kernels += [elementwise("add", 1 << 25), elementwise("copy", 1 << 25),
-                    softmax(8192, 1024), layer_norm(8192, 1024)]
+        kernels += [
+            elementwise("add", 1 << 25),
+            elementwise("copy", 1 << 25),
+            softmax(8192, 1024),
+            layer_norm(8192, 1024),
+        ]
         kernels += [train_cnn(32, 32, 32), train_bert_layer(8, 128, 768, 12, 3072)]
     if matmul_bf16:
         kernels.append(matmul(matmul_bf16, "NN", "bfloat16", cpu_baseline=False))

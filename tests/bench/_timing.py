@@ -34,8 +34,16 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def measure(fn: Callable[[], Any], device: str, *, warmup: int = 2, target_s: float = 0.02,
-            min_repeats: int = 5, max_repeats: int = 30, budget_s: float = 2.0) -> Timing:
+def measure(
+    fn: Callable[[], Any],
+    device: str,
+    *,
+    warmup: int = 2,
+    target_s: float = 0.02,
+    min_repeats: int = 5,
+    max_repeats: int = 30,
+    budget_s: float = 2.0,
+) -> Timing:
     """Median time of one call of `fn` on `device`.
 
     Each repeat is `inner` back-to-back calls between two synchronisations, timed on the host
@@ -63,5 +71,12 @@ def measure(fn: Callable[[], Any], device: str, *, warmup: int = 2, target_s: fl
         spent += elapsed
         samples.append(elapsed / inner)
     samples.sort()
-    return Timing(statistics.median(samples), _quantile(samples, 0.25), _quantile(samples, 0.75),
-                  samples[0], samples[-1], len(samples), inner)
+    return Timing(
+        statistics.median(samples),
+        _quantile(samples, 0.25),
+        _quantile(samples, 0.75),
+        samples[0],
+        samples[-1],
+        len(samples),
+        inner,
+    )

@@ -27,7 +27,9 @@ import torch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def time_with_events(n: int, layout: str, dtype: torch.dtype, loops: int, repeats: int) -> list[float]:
+def time_with_events(
+    n: int, layout: str, dtype: torch.dtype, loops: int, repeats: int
+) -> list[float]:
     """Seconds per product for each of `repeats` event-timed loops of `loops` products."""
     a = torch.randn(n, n, device="cuda", dtype=dtype)
     b = torch.randn(n, n, device="cuda", dtype=dtype)
@@ -48,7 +50,9 @@ def time_with_events(n: int, layout: str, dtype: torch.dtype, loops: int, repeat
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--bench-json", type=Path, required=True)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--tolerance", type=float, default=0.05)
@@ -69,32 +73,52 @@ def main(argv: list[str] | None = None) -> int:
         n, layout, dtype = k["params"]["n"], k["params"]["layout"], k["dtype"]
         if dtype == "float32" and n < args.min_n:
             continue
-        flops = 2.0 * n ** 3
+        flops = 2.0 * n**3
         loops, repeats = int(k["device"]["inner"]), int(k["device"]["repeats"])
         times = time_with_events(n, layout, DTYPES[dtype], loops, repeats)
         gflops = flops / statistics.median(times) / 1e9
         ratio = k["device"]["gflops"] / gflops
         row: dict[str, Any] = {
-            "kernel": k["name"], "n": n, "layout": layout, "dtype": dtype,
-            "bench_gflops": k["device"]["gflops"], "events_gflops": gflops,
+            "kernel": k["name"],
+            "n": n,
+            "layout": layout,
+            "dtype": dtype,
+            "bench_gflops": k["device"]["gflops"],
+            "events_gflops": gflops,
             "events_spread_gflops": [flops / max(times) / 1e9, flops / min(times) / 1e9],
-            "loops": loops, "repeats": repeats, "ratio": ratio, "agree": abs(ratio - 1.0) <= args.tolerance}
+            "loops": loops,
+            "repeats": repeats,
+            "ratio": ratio,
+            "agree": abs(ratio - 1.0) <= args.tolerance,
+        }
         if dtype == "bfloat16":
             sustained_loops = max(10, int(0.5 / (flops / (gflops * 1e9))))
             sustained = time_with_events(n, layout, DTYPES[dtype], sustained_loops, repeats=7)
             row["sustained_gflops"] = flops / statistics.median(sustained) / 1e9
             row["sustained_loops"] = sustained_loops
         rows.append(row)
-        extra = f", sustained {row['sustained_gflops'] / 1e3:.2f}" if "sustained_gflops" in row else ""
-        print(f"independent: {k['name']}: bench {k['device']['gflops'] / 1e3:.2f} TFLOP/s, "
-              f"CUDA events {gflops / 1e3:.2f} TFLOP/s{extra}, ratio {ratio:.4f} "
-              f"{'OK' if row['agree'] else 'DISAGREE'}", flush=True)
-    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "bench_json": str(args.bench_json), "tolerance": args.tolerance, "rows": rows,
-              "all_agree": bool(rows) and all(r["agree"] for r in rows)}
+        extra = (
+            f", sustained {row['sustained_gflops'] / 1e3:.2f}" if "sustained_gflops" in row else ""
+        )
+        print(
+            f"independent: {k['name']}: bench {k['device']['gflops'] / 1e3:.2f} TFLOP/s, "
+            f"CUDA events {gflops / 1e3:.2f} TFLOP/s{extra}, ratio {ratio:.4f} "
+            f"{'OK' if row['agree'] else 'DISAGREE'}",
+            flush=True,
+        )
+    result = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "bench_json": str(args.bench_json),
+        "tolerance": args.tolerance,
+        "rows": rows,
+        "all_agree": bool(rows) and all(r["agree"] for r in rows),
+    }
     out = args.out or args.bench_json.parent
     out.mkdir(parents=True, exist_ok=True)
-    (out / "independent_matmul.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (out / "independent_matmul.json").write_text(
+        json.dumps(result, indent=1) + "\n", encoding="utf-8"
+    )
     return 0 if result["all_agree"] else 1
 
 

@@ -18,34 +18,67 @@ from typing import Any
 import torch
 
 from . import _known, _ops, _parity, _patched, _report, _training
-from ._device import DEVICE_TYPES, default_device, describe, dtype_supported, host_info, torch_info, unavailable_reason
+from ._device import (
+    DEVICE_TYPES,
+    default_device,
+    describe,
+    dtype_supported,
+    host_info,
+    torch_info,
+    unavailable_reason,
+)
 
 UNEXPECTED = ("fail", "error")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tests.regress", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=DEVICE_TYPES, default=None,
-                   help="device under test (default: mps when available, else cuda, xpu, cpu)")
+    p = argparse.ArgumentParser(
+        prog="python -m tests.regress",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--device",
+        choices=DEVICE_TYPES,
+        default=None,
+        help="device under test (default: mps when available, else cuda, xpu, cpu)",
+    )
     p.add_argument("--out", type=Path, default=Path("reports/regress"), help="report folder")
-    p.add_argument("--quick", action="store_true",
-                   help="small CPU-friendly subset (CI): a few ops per family, 2 samples, short training")
-    p.add_argument("--self-test", action="store_true",
-                   help="plant a fault (1e-2 relative noise on the device's torch.add output); "
-                        "the suite must report it (also: INTELMAC_REGRESS_PLANT_FAULT=op[:rel])")
-    p.add_argument("--ops", nargs="+", default=None, metavar="OP",
-                   help="only these OpInfo names (e.g. mm nn.functional.conv1d)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small CPU-friendly subset (CI): a few ops per family, 2 samples, short training",
+    )
+    p.add_argument(
+        "--self-test",
+        action="store_true",
+        help="plant a fault (1e-2 relative noise on the device's torch.add output); "
+        "the suite must report it (also: INTELMAC_REGRESS_PLANT_FAULT=op[:rel])",
+    )
+    p.add_argument(
+        "--ops",
+        nargs="+",
+        default=None,
+        metavar="OP",
+        help="only these OpInfo names (e.g. mm nn.functional.conv1d)",
+    )
     p.add_argument("--dtypes", nargs="+", default=None, choices=list(_parity.DTYPE_NAMES.values()))
     p.add_argument("--samples", type=int, default=None, help="OpInfo samples per op and dtype")
     p.add_argument("--train-steps", type=int, default=None)
     p.add_argument("--no-parity", action="store_true", help="skip the op parity checks")
     p.add_argument("--no-training", action="store_true", help="skip the training smoke")
     p.add_argument("--no-patched", action="store_true", help="skip the patched-build checks")
-    p.add_argument("--known-failures", type=Path, default=_known.KNOWN_FILE,
-                   help="known-failures file (default: tests/regress/known_failures.yaml)")
-    p.add_argument("--strict-xpass", action="store_true",
-                   help="also exit 1 when a known failure passes (default: report it only)")
+    p.add_argument(
+        "--known-failures",
+        type=Path,
+        default=_known.KNOWN_FILE,
+        help="known-failures file (default: tests/regress/known_failures.yaml)",
+    )
+    p.add_argument(
+        "--strict-xpass",
+        action="store_true",
+        help="also exit 1 when a known failure passes (default: report it only)",
+    )
     return p.parse_args(argv)
 
 
@@ -70,8 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     fault = _parity.PlantedFault() if args.self_test else _parity.fault_from_env()
     info = describe(device)
     started = dt.datetime.now(dt.timezone.utc)
-    print(f"regress: device {device} = {info.name} (family {info.family}); torch {torch.__version__}"
-          f"{'; SELF-TEST: fault planted in ' + fault.op if fault else ''}", flush=True)
+    print(
+        f"regress: device {device} = {info.name} (family {info.family}); torch {torch.__version__}"
+        f"{'; SELF-TEST: fault planted in ' + fault.op if fault else ''}",
+        flush=True,
+    )
 
     results: list[dict[str, Any]] = []
     dtype_notes: dict[str, str] = {}
@@ -81,23 +117,39 @@ def main(argv: list[str] | None = None) -> int:
         ops = args.ops or (list(_ops.QUICK) if args.quick else _ops.all_ops())
         unknown = [op for op in ops if op not in _ops.FAMILY_OF]
         if unknown:
-            print(f"regress: not in the curated op set: {unknown}; see tests/regress/_ops.py", file=sys.stderr)
+            print(
+                f"regress: not in the curated op set: {unknown}; see tests/regress/_ops.py",
+                file=sys.stderr,
+            )
             return 2
-        wanted = args.dtypes or (["float32", "float16"] if args.quick else ["float32", "float16", "bfloat16"])
+        wanted = args.dtypes or (
+            ["float32", "float16"] if args.quick else ["float32", "float16", "bfloat16"]
+        )
         dtypes = [d for d, n in _parity.DTYPE_NAMES.items() if n in wanted]
         t0 = time.perf_counter()
-        runner = _parity.ParityRunner(device, _parity.load_tolerances(), samples, fault,
-                                      op_db_index=_parity.opinfo_index(_parity.import_op_db()))
-        print(f"regress: OpInfo database loaded in {time.perf_counter() - t0:.1f}s; "
-              f"{len(ops)} ops x {[_parity.DTYPE_NAMES[d] for d in dtypes]}", flush=True)
+        runner = _parity.ParityRunner(
+            device,
+            _parity.load_tolerances(),
+            samples,
+            fault,
+            op_db_index=_parity.opinfo_index(_parity.import_op_db()),
+        )
+        print(
+            f"regress: OpInfo database loaded in {time.perf_counter() - t0:.1f}s; "
+            f"{len(ops)} ops x {[_parity.DTYPE_NAMES[d] for d in dtypes]}",
+            flush=True,
+        )
         for dtype in dtypes:
             dname = _parity.DTYPE_NAMES[dtype]
             ok, why = dtype_supported(device, dtype)
             if not ok:
                 # One result for the whole dtype: listing 95 identical "unsupported" lines says less.
                 dtype_notes[dname] = why
-                results.append(_parity.Result("*", "*", dname, "forward", "unsupported",
-                                              detail=f"device probe: {why}").as_dict())
+                results.append(
+                    _parity.Result(
+                        "*", "*", dname, "forward", "unsupported", detail=f"device probe: {why}"
+                    ).as_dict()
+                )
                 continue
             for op in ops:
                 for res in runner.run_op(op, _ops.FAMILY_OF[op], dtype):
@@ -113,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.train_steps or (6 if args.quick else 20)
         for tr in _training.run(device, steps, _parity.training_tolerance()):
             training.append(tr.as_dict())
-            print(f"regress: training {tr.model}: {tr.status} (max |loss diff| {tr.max_abs_diff:.2e})", flush=True)
+            print(
+                f"regress: training {tr.model}: {tr.status} (max |loss diff| {tr.max_abs_diff:.2e})",
+                flush=True,
+            )
 
     patched: list[dict[str, Any]] = []
     skip = "--no-patched" if args.no_patched else _patched.skip_reason()
@@ -123,16 +178,26 @@ def main(argv: list[str] | None = None) -> int:
         patched = [{"name": "patched-build checks", "status": "skip", "detail": skip}]
 
     unexpected = [r for r in results if r["status"] in UNEXPECTED]
-    unexpected += [{"op": t["model"], "check": "training", "dtype": "float32", **t}
-                   for t in training if t["status"] in UNEXPECTED]
-    unexpected += [{"op": c["name"], "check": "patched", "dtype": "-", **c}
-                   for c in patched if c["status"] in UNEXPECTED]
+    unexpected += [
+        {"op": t["model"], "check": "training", "dtype": "float32", **t}
+        for t in training
+        if t["status"] in UNEXPECTED
+    ]
+    unexpected += [
+        {"op": c["name"], "check": "patched", "dtype": "-", **c}
+        for c in patched
+        if c["status"] in UNEXPECTED
+    ]
     xpass = [r for r in results if r["status"] == "xpass"]
     self_test = None
     if fault is not None:
         caught = [r for r in results if r["op"] == fault.op and r["status"] in UNEXPECTED]
-        self_test = {"planted_op": fault.op, "relative_noise": fault.relative,
-                     "caught": bool(caught), "caught_in": [f"{r['dtype']}/{r['check']}" for r in caught]}
+        self_test = {
+            "planted_op": fault.op,
+            "relative_noise": fault.relative,
+            "caught": bool(caught),
+            "caught_in": [f"{r['dtype']}/{r['check']}" for r in caught],
+        }
     exit_code = 1 if unexpected or (args.strict_xpass and xpass) else 0
     if self_test is not None and not self_test["caught"]:
         exit_code = 1  # a self-test that misses its fault is itself a failure of the suite
@@ -147,9 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         "host": host_info(),
         "torch": torch_info(),
         "device": info.as_dict(),
-        "options": {"quick": args.quick, "samples": samples, "self_test": fault is not None,
-                    "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "") == "1",
-                    "argv": sys.argv[1:] if argv is None else argv},
+        "options": {
+            "quick": args.quick,
+            "samples": samples,
+            "self_test": fault is not None,
+            "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "") == "1",
+            "argv": sys.argv[1:] if argv is None else argv,
+        },
         "dtype_support": {n: (n not in dtype_notes) for n in (_parity.DTYPE_NAMES.values())},
         "dtype_notes": dtype_notes,
         "summary": {
@@ -159,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
             "unexpected_failures": len(unexpected),
             "unexpected_passes": len(xpass),
             "training": {t["model"]: t["status"] for t in training},
-            "patched_checks": {c["status"]: sum(1 for x in patched if x["status"] == c["status"]) for c in patched},
+            "patched_checks": {
+                c["status"]: sum(1 for x in patched if x["status"] == c["status"]) for c in patched
+            },
             "exit_code": exit_code,
         },
         "self_test": self_test,

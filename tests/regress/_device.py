@@ -88,8 +88,11 @@ def synchronize(device: str) -> None:
         except RuntimeError:
             acc = None
         if acc is not None and acc.type == device:
-            sync()
-            return
+            try:
+                sync()
+                return
+            except (RuntimeError, NotImplementedError):
+                pass  # a backend without a device-guard synchronize: use its own call below
     if device == "mps":
         torch.mps.synchronize()
     elif device == "cuda":
@@ -115,11 +118,17 @@ _FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
     ("apple", r"^apple\b|\bapple m\d"),
     ("nvidia", r"nvidia|geforce|quadro|tesla|\bh100\b|\bh200\b"),
     ("intel-gen11", r"iris\s*(\(tm\))?\s*plus graphics\s*(g[47])?\s*$|ice\s*lake"),
-    ("intel-gen9", r"uhd graphics 6[0-9]{2}\b|hd graphics [56][0-9]{2}\b|iris\s*(\(tm\))?\s*(plus\s*)?graphics [56][0-9]{2}\b"),
+    (
+        "intel-gen9",
+        r"uhd graphics 6[0-9]{2}\b|hd graphics [56][0-9]{2}\b|iris\s*(\(tm\))?\s*(plus\s*)?graphics [56][0-9]{2}\b",
+    ),
     ("intel-other", r"intel"),
     ("amd-rdna2", r"\b(rx|w)\s*6[0-9]{3}|radeon pro w6[0-9]{3}"),
     ("amd-rdna1", r"\b5[3-7]00\s*m\b|radeon pro 5[3-7]00\b|5700\s*xt|\b(rx|w)\s*5[0-9]{3}"),
-    ("amd-gcn", r"vega|firepro|\brx\s*(4[6-9]0|5[5-9]0)\b|radeon pro [45][0-9]{2}x?\b|r9 m[0-9]{3}"),
+    (
+        "amd-gcn",
+        r"vega|firepro|\brx\s*(4[6-9]0|5[5-9]0)\b|radeon pro [45][0-9]{2}x?\b|r9 m[0-9]{3}",
+    ),
     ("amd-other", r"\bamd\b|radeon"),
 )
 
@@ -151,8 +160,13 @@ class DeviceInfo:
 def _cpu_name() -> str:
     if sys.platform == "darwin":
         try:
-            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
-                                 capture_output=True, text=True, timeout=10).stdout.strip()
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout.strip()
             if out:
                 return out
         except (OSError, subprocess.SubprocessError):
@@ -185,12 +199,21 @@ def _mps_device_name() -> tuple[str, str, dict[str, Any]]:
     # Best effort on stock wheels: the first display adapter macOS reports. On a dual-GPU
     # MacBook Pro this may not be the one MPS picked, which the report says.
     try:
-        raw = subprocess.run(["system_profiler", "SPDisplaysDataType", "-json"],
-                             capture_output=True, text=True, timeout=60).stdout
+        raw = subprocess.run(
+            ["system_profiler", "SPDisplaysDataType", "-json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
         gpus = json.loads(raw).get("SPDisplaysDataType", [])
         names = [g.get("sppci_model", "") for g in gpus if g.get("sppci_model")]
         if names:
-            return names[0], "system_profiler (first GPU; may not be the MPS device)", {"all_gpus": names}
+            return (
+                names[0],
+                "system_profiler (first GPU; may not be the MPS device)",
+                {"all_gpus": names},
+            )
     except (OSError, subprocess.SubprocessError, ValueError):
         pass
     return "unknown MPS device", "none", {}
@@ -198,7 +221,9 @@ def _mps_device_name() -> tuple[str, str, dict[str, Any]]:
 
 def describe(device: str) -> DeviceInfo:
     if device == "cpu":
-        return DeviceInfo("cpu", _cpu_name(), "cpu", "cpuinfo", {"threads": torch.get_num_threads()})
+        return DeviceInfo(
+            "cpu", _cpu_name(), "cpu", "cpuinfo", {"threads": torch.get_num_threads()}
+        )
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         name = torch.cuda.get_device_name(0)
@@ -209,7 +234,9 @@ def describe(device: str) -> DeviceInfo:
             "cuda_runtime": torch.version.cuda,
             "hip": getattr(torch.version, "hip", None),
         }
-        return DeviceInfo("cuda", name, family_of(name, "cuda"), "torch.cuda.get_device_name", details)
+        return DeviceInfo(
+            "cuda", name, family_of(name, "cuda"), "torch.cuda.get_device_name", details
+        )
     if device == "xpu":
         name = torch.xpu.get_device_name(0)
         return DeviceInfo("xpu", name, family_of(name, "xpu"), "torch.xpu.get_device_name", {})
@@ -229,8 +256,10 @@ def dtype_supported(device: str, dtype: torch.dtype) -> tuple[bool, str]:
         a = torch.arange(16, dtype=torch.float32).reshape(4, 4).to(device=device, dtype=dtype)
         out = (a @ a + a).sum().to("cpu", torch.float32)
         synchronize(device)
-        expected = float((torch.arange(16.0).reshape(4, 4) @ torch.arange(16.0).reshape(4, 4)).sum()
-                         + torch.arange(16.0).sum())
+        expected = float(
+            (torch.arange(16.0).reshape(4, 4) @ torch.arange(16.0).reshape(4, 4)).sum()
+            + torch.arange(16.0).sum()
+        )
         if abs(float(out) - expected) > 0.02 * abs(expected):
             return False, f"{dtype} probe computed {float(out)} instead of {expected}"
         return True, ""
@@ -243,7 +272,7 @@ def torch_info() -> dict[str, Any]:
     build_info_fn = getattr(mps, "build_info", None)
     try:
         build_info = build_info_fn() if callable(build_info_fn) else None
-    except Exception as exc:  # a broken build_info() must not hide the rest of the report
+    except Exception as exc:  # noqa: BLE001  # a broken build_info() must not hide the rest of the report
         build_info = {"error": f"{type(exc).__name__}: {exc}"}
     return {
         "version": torch.__version__,

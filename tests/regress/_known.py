@@ -25,8 +25,11 @@ class KnownFailure:
     note: str = ""
 
     def matches(self, op: str, dtype: str, check: str) -> bool:
-        return (any(fnmatch.fnmatchcase(op, pat) for pat in self.ops)
-                and dtype in self.dtypes and check in self.checks)
+        return (
+            any(fnmatch.fnmatchcase(op, pat) for pat in self.ops)
+            and dtype in self.dtypes
+            and check in self.checks
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "issue": self.issue, "reason": self.reason, "note": self.note}
@@ -40,16 +43,27 @@ def load(path: Path = KNOWN_FILE) -> dict[str, list[KnownFailure]]:
         for entry in entries or []:
             missing = {"id", "ops", "dtypes", "checks", "issue", "reason"} - set(entry)
             if missing:
-                raise ValueError(f"{path}: {family} entry {entry.get('id', '?')} lacks {sorted(missing)}")
-            table[family].append(KnownFailure(
-                id=str(entry["id"]), family=family, ops=tuple(entry["ops"]),
-                dtypes=tuple(entry["dtypes"]), checks=tuple(entry["checks"]),
-                issue=int(entry["issue"]), reason=str(entry["reason"]), note=str(entry.get("note", ""))))
+                raise ValueError(
+                    f"{path}: {family} entry {entry.get('id', '?')} lacks {sorted(missing)}"
+                )
+            table[family].append(
+                KnownFailure(
+                    id=str(entry["id"]),
+                    family=family,
+                    ops=tuple(entry["ops"]),
+                    dtypes=tuple(entry["dtypes"]),
+                    checks=tuple(entry["checks"]),
+                    issue=int(entry["issue"]),
+                    reason=str(entry["reason"]),
+                    note=str(entry.get("note", "")),
+                )
+            )
     return table
 
 
-def lookup(table: dict[str, list[KnownFailure]], family: str, op: str, dtype: str,
-           check: str) -> KnownFailure | None:
+def lookup(
+    table: dict[str, list[KnownFailure]], family: str, op: str, dtype: str, check: str
+) -> KnownFailure | None:
     for known in table.get(family, []):
         if known.matches(op, dtype, check):
             return known

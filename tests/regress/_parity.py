@@ -58,8 +58,11 @@ def load_tolerances(path: Path = TOLERANCES_FILE) -> dict[str, dict[str, Toleran
         scale = str(entry.get("relative_to", "element"))
         if scale not in ("element", "max"):
             raise ValueError(f"{path}: {family}: relative_to must be element or max, not {scale!r}")
-        table[family] = {k: Tolerance(float(v["atol"]), float(v["rtol"]), scale)
-                         for k, v in entry.items() if isinstance(v, dict)}
+        table[family] = {
+            k: Tolerance(float(v["atol"]), float(v["rtol"]), scale)
+            for k, v in entry.items()
+            if isinstance(v, dict)
+        }
     return table
 
 
@@ -113,6 +116,7 @@ def opinfo_index(op_db: list[Any]) -> dict[str, Any]:
 
 # --- helpers over nested outputs -----------------------------------------------------------
 
+
 def _flatten(obj: Any) -> list[Any]:
     if isinstance(obj, torch.Tensor):
         return [obj]
@@ -138,6 +142,7 @@ def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 def _to(device: str, dtype: torch.dtype | None) -> Callable[[Any], Any]:
     """Copy a sample tensor (a fresh leaf; requires_grad kept) to device, optionally upcasting
     the floating tensors of the tested low-precision dtype."""
+
     def move(t: Any) -> Any:
         if isinstance(t, torch.dtype):  # SampleInput.transform also maps dtype arguments
             return torch.float32 if dtype is not None and t in LOW_PRECISION else t
@@ -148,6 +153,7 @@ def _to(device: str, dtype: torch.dtype | None) -> Callable[[Any], Any]:
         if t.requires_grad and out.is_floating_point():
             out.requires_grad_(True)
         return out
+
     return move
 
 
@@ -162,8 +168,13 @@ class Comparison:
 IndexCheck = Callable[[int, torch.Tensor, torch.Tensor], bool]
 
 
-def compare(actual: Any, expected: Any, tol: Tolerance, low_dtype: torch.dtype | None,
-            index_ok: IndexCheck | None = None) -> Comparison:
+def compare(
+    actual: Any,
+    expected: Any,
+    tol: Tolerance,
+    low_dtype: torch.dtype | None,
+    index_ok: IndexCheck | None = None,
+) -> Comparison:
     """Elementwise |a - e| <= atol + rtol |e|, same NaN/inf pattern, exact integers (or, for
     index outputs, indices that select equal input values: `index_ok`)."""
     acts, exps = _flatten(actual), _flatten(expected)
@@ -180,13 +191,17 @@ def compare(actual: Any, expected: Any, tol: Tolerance, low_dtype: torch.dtype |
         a = a.detach().to("cpu")
         e = e.detach()
         if a.shape != e.shape:
-            return Comparison(False, message=f"output {i}: shape {tuple(a.shape)} vs CPU {tuple(e.shape)}")
+            return Comparison(
+                False, message=f"output {i}: shape {tuple(a.shape)} vs CPU {tuple(e.shape)}"
+            )
         if not e.is_floating_point() and not e.is_complex():
             if a.dtype != e.dtype:
                 return Comparison(False, message=f"output {i}: dtype {a.dtype} vs CPU {e.dtype}")
             if not torch.equal(a, e) and not (index_ok is not None and index_ok(i, a, e)):
                 bad = int((a != e).sum())
-                return Comparison(False, message=f"output {i}: {bad} of {e.numel()} integer elements differ")
+                return Comparison(
+                    False, message=f"output {i}: {bad} of {e.numel()} integer elements differ"
+                )
             continue
         if low_dtype is not None and e.dtype == torch.float32:
             e = e.to(low_dtype)  # round the reference like the device must (tolerances.yaml)
@@ -195,8 +210,11 @@ def compare(actual: Any, expected: Any, tol: Tolerance, low_dtype: torch.dtype |
         a64, e64 = a.to(torch.float64), e.to(torch.float64)
         nan_a, nan_e = torch.isnan(a64), torch.isnan(e64)
         if not torch.equal(nan_a, nan_e):
-            return Comparison(False, message=f"output {i}: NaN at {int((nan_a ^ nan_e).sum())} positions "
-                                             f"where the CPU has {'none' if not nan_e.any() else 'others'}")
+            return Comparison(
+                False,
+                message=f"output {i}: NaN at {int((nan_a ^ nan_e).sum())} positions "
+                f"where the CPU has {'none' if not nan_e.any() else 'others'}",
+            )
         inf_e = torch.isinf(e64)
         if not torch.equal(torch.isinf(a64), inf_e) or not torch.equal(a64[inf_e], e64[inf_e]):
             return Comparison(False, message=f"output {i}: infinities differ from the CPU's")
@@ -213,8 +231,10 @@ def compare(actual: Any, expected: Any, tol: Tolerance, low_dtype: torch.dtype |
         bad = diff > tol.atol + tol.rtol * scale
         if bool(bad.any()):
             worst.ok = False
-            worst.message = (f"output {i}: {int(bad.sum())} of {int(finite.sum())} elements outside "
-                             f"atol={tol.atol:g} rtol={tol.rtol:g} (max abs err {max_abs:.3g})")
+            worst.message = (
+                f"output {i}: {int(bad.sum())} of {int(finite.sum())} elements outside "
+                f"atol={tol.atol:g} rtol={tol.rtol:g} (max abs err {max_abs:.3g})"
+            )
     return worst
 
 
@@ -257,14 +277,17 @@ def index_checker(op_name: str, sample: Any) -> IndexCheck | None:
             return torch.equal(flat[got.flatten()], flat[want.flatten()])
         g, w = (got, want) if keepdim else (got.unsqueeze(dim), want.unsqueeze(dim))
         return torch.equal(values.gather(dim, g), values.gather(dim, w))
+
     return same_values
 
 
 # --- the planted fault ---------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PlantedFault:
     """Self-test: perturb one op's device output by `relative` noise. The suite must catch it."""
+
     op: str = "add"
     relative: float = 1e-2
 
@@ -276,6 +299,7 @@ class PlantedFault:
                 return t
             signs = (torch.randint(0, 2, t.shape, generator=gen) * 2 - 1).to(t.device, t.dtype)
             return t * (1 + self.relative * signs)
+
         return _map_tensors(out, perturb)
 
 
@@ -290,6 +314,7 @@ def fault_from_env() -> PlantedFault | None:
 
 # --- running one op ------------------------------------------------------------------------
 
+
 def _sample_ok(op_name: str, sample: Any) -> bool:
     # Dropout inside SDPA draws different random numbers on each device: not comparable.
     if op_name == "nn.functional.scaled_dot_product_attention":
@@ -300,7 +325,9 @@ def _sample_ok(op_name: str, sample: Any) -> bool:
 def _classify(exc: BaseException) -> str:
     if isinstance(exc, NotImplementedError):
         return "unsupported"
-    if isinstance(exc, (RuntimeError, TypeError, ValueError)) and _UNSUPPORTED_MESSAGE.search(str(exc)):
+    if isinstance(exc, (RuntimeError, TypeError, ValueError)) and _UNSUPPORTED_MESSAGE.search(
+        str(exc)
+    ):
         return "unsupported"
     return "error"
 
@@ -315,9 +342,14 @@ def _call(info: Any, sample: Any) -> Any:
     return sample.output_process_fn_grad(out) if sample.output_process_fn_grad else out
 
 
-def _grads(out: Any, inputs: list[torch.Tensor], weights: list[torch.Tensor]) -> list[torch.Tensor | None]:
-    outs = [t for t in _flatten(out) if isinstance(t, torch.Tensor) and t.is_floating_point()
-            and t.requires_grad]
+def _grads(
+    out: Any, inputs: list[torch.Tensor], weights: list[torch.Tensor]
+) -> list[torch.Tensor | None]:
+    outs = [
+        t
+        for t in _flatten(out)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
+    ]
     if not outs:
         return []
     total = sum((o.float() * w.to(o.device)).sum() for o, w in zip(outs, weights))
@@ -353,16 +385,32 @@ class ParityRunner:
         dname = DTYPE_NAMES[dtype]
         info = self.op_db_index.get(op_name)
         if info is None:
-            return [Result(op_name, family, dname, "forward", "skip",
-                           detail="not in this torch's OpInfo database")]
+            return [
+                Result(
+                    op_name,
+                    family,
+                    dname,
+                    "forward",
+                    "skip",
+                    detail="not in this torch's OpInfo database",
+                )
+            ]
         try:
             dev_type = torch.device(self.device).type
             supported = info.supported_dtypes(dev_type)
-        except Exception:  # older OpInfo without per-device tables
+        except Exception:  # noqa: BLE001  # older OpInfo without per-device tables
             supported = info.dtypes
         if dtype not in supported and dtype not in info.dtypes:
-            return [Result(op_name, family, dname, "forward", "skip",
-                           detail=f"OpInfo declares no {dname} support")]
+            return [
+                Result(
+                    op_name,
+                    family,
+                    dname,
+                    "forward",
+                    "skip",
+                    detail=f"OpInfo declares no {dname} support",
+                )
+            ]
         tol = self.tolerances[family][dname]
         gtol = self.tolerances[family]["grad_float32"]
         want_grad = dtype == torch.float32 and bool(getattr(info, "supports_autograd", False))
@@ -379,21 +427,60 @@ class ParityRunner:
                 if not _sample_ok(op_name, sample):
                     continue
                 taken += 1
-                self._run_sample(info, op_name, sample, index, dtype, tol, gtol, want_grad, fwd, grad)
-        except Exception as exc:  # sample generation itself failed: a suite problem, say so
+                self._run_sample(
+                    info, op_name, sample, index, dtype, tol, gtol, want_grad, fwd, grad
+                )
+        except Exception as exc:  # noqa: BLE001  # sample generation itself failed: a suite problem, say so
             fwd.worse("error", f"sample generation: {_short(exc)}")
         seconds = time.perf_counter() - started
-        results = [Result(op_name, family, dname, "forward", fwd.status if fwd.samples or fwd.status != "pass" else "skip",
-                          fwd.samples, fwd.max_abs, fwd.max_rel, tol.atol, tol.rtol,
-                          fwd.detail or ("" if fwd.samples else "no usable sample"), seconds)]
+        results = [
+            Result(
+                op_name,
+                family,
+                dname,
+                "forward",
+                fwd.status if fwd.samples or fwd.status != "pass" else "skip",
+                fwd.samples,
+                fwd.max_abs,
+                fwd.max_rel,
+                tol.atol,
+                tol.rtol,
+                fwd.detail or ("" if fwd.samples else "no usable sample"),
+                seconds,
+            )
+        ]
         if want_grad and (grad.samples or grad.status != "pass"):
-            results.append(Result(op_name, family, dname, "grad", grad.status, grad.samples,
-                                  grad.max_abs, grad.max_rel, gtol.atol, gtol.rtol, grad.detail, 0.0))
+            results.append(
+                Result(
+                    op_name,
+                    family,
+                    dname,
+                    "grad",
+                    grad.status,
+                    grad.samples,
+                    grad.max_abs,
+                    grad.max_rel,
+                    gtol.atol,
+                    gtol.rtol,
+                    grad.detail,
+                    0.0,
+                )
+            )
         return results
 
-    def _run_sample(self, info: Any, op_name: str, sample: Any, index: int, dtype: torch.dtype,
-                    tol: Tolerance, gtol: Tolerance, want_grad: bool,
-                    fwd: _Accumulator, grad: _Accumulator) -> None:
+    def _run_sample(
+        self,
+        info: Any,
+        op_name: str,
+        sample: Any,
+        index: int,
+        dtype: torch.dtype,
+        tol: Tolerance,
+        gtol: Tolerance,
+        want_grad: bool,
+        fwd: _Accumulator,
+        grad: _Accumulator,
+    ) -> None:
         low = dtype if dtype in LOW_PRECISION else None
         where = f"sample {index}"
         # CPU reference: float32 for the low-precision dtypes (tolerances.yaml explains).
@@ -402,7 +489,7 @@ class ParityRunner:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # deprecation chatter of OpInfo samples
                 ref = _call(info, ref_sample)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             fwd.worse("skip", f"{where}: CPU reference raised {_short(exc)}")
             return
         dev_sample = sample.transform(_to(self.device, None))
@@ -413,7 +500,7 @@ class ParityRunner:
                 if self.fault is not None and self.fault.op == op_name:
                     out = self.fault.apply(out, self.seed + index)
                 synchronize(self.device)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 fwd.worse(_classify(exc), f"{where}: {_short(exc)}")
                 return
         fell_back = any(_FALLBACK_WARNING.search(str(w.message)) for w in caught)
@@ -429,25 +516,34 @@ class ParityRunner:
             fwd.worse("fallback", f"{where}: ran on the CPU through the MPS fallback")
         if not want_grad:
             return
-        ref_inputs = [t for t in _flatten((ref_sample.input, ref_sample.args, ref_sample.kwargs))
-                      if isinstance(t, torch.Tensor) and t.requires_grad]
-        dev_inputs = [t for t in _flatten((dev_sample.input, dev_sample.args, dev_sample.kwargs))
-                      if isinstance(t, torch.Tensor) and t.requires_grad]
-        ref_outs = [t for t in _flatten(ref) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                    and t.requires_grad]
+        ref_inputs = [
+            t
+            for t in _flatten((ref_sample.input, ref_sample.args, ref_sample.kwargs))
+            if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
+        dev_inputs = [
+            t
+            for t in _flatten((dev_sample.input, dev_sample.args, dev_sample.kwargs))
+            if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
+        ref_outs = [
+            t
+            for t in _flatten(ref)
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
+        ]
         if not ref_inputs or not ref_outs or not all(torch.isfinite(o).all() for o in ref_outs):
             return
         gen = torch.Generator().manual_seed(1000 + index)
         weights = [torch.rand(o.shape, generator=gen, dtype=torch.float32) for o in ref_outs]
         try:
             ref_grads = _grads(ref, ref_inputs, weights)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             grad.worse("skip", f"{where}: CPU backward raised {_short(exc)}")
             return
         try:
             dev_grads = _grads(out, dev_inputs, weights)
             synchronize(self.device)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             grad.worse(_classify(exc), f"{where}: backward {_short(exc)}")
             return
         grad.samples += 1

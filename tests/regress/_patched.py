@@ -24,10 +24,27 @@ import torch
 
 ENV_ALLOW = "PYTORCH_MPS_ALLOW_INTEL_GPU"
 ENV_DEVICE = "PYTORCH_MPS_DEVICE"
-DEVICE_FIELDS = ("index", "name", "low_power", "removable", "headless", "unified_memory",
-                 "recommended_working_set_size", "eligible", "selected", "skip_reason")
-BUILD_INFO_KEYS = ("upstream_version", "wheel_version", "source_sha256", "series_fingerprint",
-                   "patches", "toolchain", "built_at")
+DEVICE_FIELDS = (
+    "index",
+    "name",
+    "low_power",
+    "removable",
+    "headless",
+    "unified_memory",
+    "recommended_working_set_size",
+    "eligible",
+    "selected",
+    "skip_reason",
+)
+BUILD_INFO_KEYS = (
+    "upstream_version",
+    "wheel_version",
+    "source_sha256",
+    "series_fingerprint",
+    "patches",
+    "toolchain",
+    "built_at",
+)
 
 # What a fresh interpreter reports. `set_flag` sets allow_intel_gpu after import, before any MPS use.
 _PROBE = r"""
@@ -77,16 +94,28 @@ def _clean_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def subprocess_probe(env: dict[str, str], set_flag: bool | None = None) -> Observation:
-    proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(set_flag)], env=_clean_env(env),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(set_flag)],
+        env=_clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if proc.returncode != 0:
         return {"probe_error": proc.stderr.strip()[-2000:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def subprocess_main(env: dict[str, str]) -> tuple[int, str]:
-    proc = subprocess.run([sys.executable, "-m", "torch.backends.mps"], env=_clean_env(env),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.backends.mps"],
+        env=_clean_env(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -100,6 +129,7 @@ def skip_reason() -> str | None:
 
 
 # --- judges: pure functions of observations ------------------------------------------------
+
 
 def _errors(obs: Observation) -> str | None:
     return f"probe failed: {obs['probe_error']}" if "probe_error" in obs else None
@@ -118,14 +148,25 @@ def judge_env_values(observations: dict[str, Observation]) -> list[CheckResult]:
         env_warnings = [w for w in obs["warnings"] if ENV_ALLOW in w]
         if value in truthy or value in falsy or value in ("<unset>", ""):
             expected = value in truthy
-            ok = obs["flag_at_import"] is expected and obs["flag_type"] == "bool" and not env_warnings
-            detail = (f"allow_intel_gpu={obs['flag_at_import']!r} ({obs['flag_type']}), "
-                      f"{len(env_warnings)} warning(s) naming the variable; expected {expected} and none")
+            ok = (
+                obs["flag_at_import"] is expected
+                and obs["flag_type"] == "bool"
+                and not env_warnings
+            )
+            detail = (
+                f"allow_intel_gpu={obs['flag_at_import']!r} ({obs['flag_type']}), "
+                f"{len(env_warnings)} warning(s) naming the variable; expected {expected} and none"
+            )
         else:
-            ok = (obs["flag_at_import"] is False and len(env_warnings) == 1
-                  and value in env_warnings[0])
-            detail = (f"allow_intel_gpu={obs['flag_at_import']!r}, warnings naming the variable: "
-                      f"{env_warnings!r}; expected False and exactly one warning naming {value!r}")
+            ok = (
+                obs["flag_at_import"] is False
+                and len(env_warnings) == 1
+                and value in env_warnings[0]
+            )
+            detail = (
+                f"allow_intel_gpu={obs['flag_at_import']!r}, warnings naming the variable: "
+                f"{env_warnings!r}; expected False and exactly one warning naming {value!r}"
+            )
         out.append(CheckResult(name, "pass" if ok else "fail", detail))
     return out
 
@@ -153,10 +194,15 @@ def judge_device_report(obs: Observation, label: str) -> CheckResult:
     if obs["available"] != (len(selected) == 1):
         problems.append(f"is_available()={obs['available']} but {len(selected)} device(s) selected")
     if obs["available"] != (obs["reason"] is None):
-        problems.append(f"is_available()={obs['available']} but unavailable_reason()={obs['reason']!r}")
+        problems.append(
+            f"is_available()={obs['available']} but unavailable_reason()={obs['reason']!r}"
+        )
     if not obs["available"] and not devices and not obs["reason"]:
         problems.append("no devices and no reason")
-    summary = ", ".join(f"{d.get('name')}{'*' if d.get('selected') else ''}" for d in devices) or "no Metal devices"
+    summary = (
+        ", ".join(f"{d.get('name')}{'*' if d.get('selected') else ''}" for d in devices)
+        or "no Metal devices"
+    )
     return CheckResult(name, "fail" if problems else "pass", "; ".join(problems) or summary)
 
 
@@ -170,17 +216,31 @@ def judge_intel_policy(denied: Observation, allowed: Observation) -> CheckResult
     sel_denied = [d for d in denied["devices"] if d["selected"]]
     sel_allowed = [d for d in allowed["devices"] if d["selected"]]
     if sel_denied and sel_denied[0]["low_power"]:
-        return CheckResult(name, "fail", f"{sel_denied[0]['name']} (low power) selected without opt-in")
+        return CheckResult(
+            name, "fail", f"{sel_denied[0]['name']} (low power) selected without opt-in"
+        )
     if sel_denied and [d["name"] for d in sel_allowed] != [sel_denied[0]["name"]]:
-        return CheckResult(name, "fail", "opting in changed the choice although a non-low-power GPU was usable")
+        return CheckResult(
+            name, "fail", "opting in changed the choice although a non-low-power GPU was usable"
+        )
     if not sel_denied:
         eligible_low = [d for d in allowed["devices"] if d["low_power"] and d["eligible"]]
         if eligible_low and not sel_allowed:
-            return CheckResult(name, "fail", "an eligible low-power GPU exists but none was selected after opting in")
+            return CheckResult(
+                name,
+                "fail",
+                "an eligible low-power GPU exists but none was selected after opting in",
+            )
         if not eligible_low and sel_allowed:
-            return CheckResult(name, "fail", "a device was selected after opting in although none is eligible")
+            return CheckResult(
+                name, "fail", "a device was selected after opting in although none is eligible"
+            )
     chosen = sel_allowed[0]["name"] if sel_allowed else "none"
-    return CheckResult(name, "pass", f"default: {sel_denied[0]['name'] if sel_denied else 'none'}; opted in: {chosen}")
+    return CheckResult(
+        name,
+        "pass",
+        f"default: {sel_denied[0]['name'] if sel_denied else 'none'}; opted in: {chosen}",
+    )
 
 
 def judge_flag_after_import(set_later: Observation, from_env: Observation) -> CheckResult:
@@ -191,9 +251,12 @@ def judge_flag_after_import(set_later: Observation, from_env: Observation) -> Ch
         if (err := _errors(obs)) is not None:
             return CheckResult(name, "fail", err)
     ok = set_later["flag"] is True and set_later["available"] == from_env["available"]
-    return CheckResult(name, "pass" if ok else "fail",
-                       f"first is_available()={set_later['first_available']}, after setting the flag "
-                       f"{set_later['available']}; with {ENV_ALLOW}=1 {from_env['available']}")
+    return CheckResult(
+        name,
+        "pass" if ok else "fail",
+        f"first is_available()={set_later['first_available']}, after setting the flag "
+        f"{set_later['available']}; with {ENV_ALLOW}=1 {from_env['available']}",
+    )
 
 
 def judge_pick(obs: Observation, wanted: dict[str, Any], how: str) -> CheckResult:
@@ -204,12 +267,18 @@ def judge_pick(obs: Observation, wanted: dict[str, Any], how: str) -> CheckResul
     target = next((d for d in obs["devices"] if d["name"] == wanted["name"]), None)
     if target is not None and target["eligible"]:
         ok = [d["name"] for d in selected] == [wanted["name"]]
-        return CheckResult(name, "pass" if ok else "fail",
-                           f"picked {wanted['name']!r}; selected {[d['name'] for d in selected]}")
+        return CheckResult(
+            name,
+            "pass" if ok else "fail",
+            f"picked {wanted['name']!r}; selected {[d['name'] for d in selected]}",
+        )
     ok = not selected and bool(obs["reason"])
-    return CheckResult(name, "pass" if ok else "fail",
-                       f"{wanted['name']!r} is not eligible ({target and target['skip_reason']}); "
-                       f"available={obs['available']}, reason={obs['reason']!r}")
+    return CheckResult(
+        name,
+        "pass" if ok else "fail",
+        f"{wanted['name']!r} is not eligible ({target and target['skip_reason']}); "
+        f"available={obs['available']}, reason={obs['reason']!r}",
+    )
 
 
 def judge_no_match(obs: Observation, value: str) -> CheckResult:
@@ -219,9 +288,12 @@ def judge_no_match(obs: Observation, value: str) -> CheckResult:
     reason = obs["reason"] or ""
     missing = [d["name"] for d in obs["devices"] if d["name"] not in reason]
     ok = not obs["available"] and bool(reason) and not missing
-    return CheckResult(name, "pass" if ok else "fail",
-                       f"available={obs['available']}, reason={reason!r}"
-                       + (f"; the reason does not list {missing}" if missing else ""))
+    return CheckResult(
+        name,
+        "pass" if ok else "fail",
+        f"available={obs['available']}, reason={reason!r}"
+        + (f"; the reason does not list {missing}" if missing else ""),
+    )
 
 
 def judge_main(code: int, output: str, obs: Observation) -> CheckResult:
@@ -231,9 +303,12 @@ def judge_main(code: int, output: str, obs: Observation) -> CheckResult:
     expected = 0 if obs["available"] else 1
     missing = [d["name"] for d in obs["devices"] if d["name"] not in output]
     ok = code == expected and not missing and bool(output.strip())
-    return CheckResult(name, "pass" if ok else "fail",
-                       f"exit {code} (expected {expected})"
-                       + (f"; output does not name {missing}" if missing else ""))
+    return CheckResult(
+        name,
+        "pass" if ok else "fail",
+        f"exit {code} (expected {expected})"
+        + (f"; output does not name {missing}" if missing else ""),
+    )
 
 
 def judge_build_info(obs: Observation) -> CheckResult:
@@ -242,15 +317,35 @@ def judge_build_info(obs: Observation) -> CheckResult:
         return CheckResult(name, "fail", err)
     info = obs["build_info"]
     if info is None:
-        return CheckResult(name, "skip", "build_info() is None: this wheel was not built by the orchestrator")
+        return CheckResult(
+            name, "skip", "build_info() is None: this wheel was not built by the orchestrator"
+        )
     missing = [k for k in BUILD_INFO_KEYS if k not in info]
-    return CheckResult(name, "fail" if missing else "pass",
-                       f"missing keys {missing}" if missing else f"wheel {info.get('wheel_version')}")
+    return CheckResult(
+        name,
+        "fail" if missing else "pass",
+        f"missing keys {missing}" if missing else f"wheel {info.get('wheel_version')}",
+    )
 
 
-def run_checks(probe: Probe = subprocess_probe, main: MainRunner = subprocess_main) -> list[CheckResult]:
+def run_checks(
+    probe: Probe = subprocess_probe, main: MainRunner = subprocess_main
+) -> list[CheckResult]:
     """All patched-build checks, through `probe`/`main` (subprocesses on a Mac, fakes in tests)."""
-    env_cases = ("<unset>", "", "1", "true", "TRUE", "yes", "On", "0", "false", "No", "OFF", "maybe")
+    env_cases = (
+        "<unset>",
+        "",
+        "1",
+        "true",
+        "TRUE",
+        "yes",
+        "On",
+        "0",
+        "false",
+        "No",
+        "OFF",
+        "maybe",
+    )
     env_obs = {v: probe({} if v == "<unset>" else {ENV_ALLOW: v}, None) for v in env_cases}
     results = judge_env_values(env_obs)
     denied, allowed = env_obs["<unset>"], env_obs["1"]
@@ -259,11 +354,20 @@ def run_checks(probe: Probe = subprocess_probe, main: MainRunner = subprocess_ma
     results.append(judge_intel_policy(denied, allowed))
     results.append(judge_flag_after_import(probe({}, True), allowed))
     for dev in allowed.get("devices", []):
-        results.append(judge_pick(probe({ENV_DEVICE: str(dev["index"])}, None), dev, f"index {dev['index']}"))
+        results.append(
+            judge_pick(probe({ENV_DEVICE: str(dev["index"])}, None), dev, f"index {dev['index']}")
+        )
         names = [d["name"].lower() for d in allowed["devices"]]
-        if names.count(dev["name"].lower()) == 1:  # identical twins (Vega II Duo) can't be named apart
-            results.append(judge_pick(probe({ENV_DEVICE: dev["name"].upper()}, None), dev,
-                                      f"name {dev['name'].upper()!r}"))
+        if (
+            names.count(dev["name"].lower()) == 1
+        ):  # identical twins (Vega II Duo) can't be named apart
+            results.append(
+                judge_pick(
+                    probe({ENV_DEVICE: dev["name"].upper()}, None),
+                    dev,
+                    f"name {dev['name'].upper()!r}",
+                )
+            )
     no_match = "no-such-gpu-0xdead"
     results.append(judge_no_match(probe({ENV_DEVICE: no_match}, None), no_match))
     for env, obs in (({}, denied), ({ENV_ALLOW: "1"}, allowed)):

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-_SYMBOL = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "unsupported": "unsupported",
-           "fallback": "fallback", "xfail": "xfail", "xpass": "XPASS", "skip": "-"}
+_SYMBOL = {
+    "pass": "ok",
+    "fail": "FAIL",
+    "error": "ERROR",
+    "unsupported": "unsupported",
+    "fallback": "fallback",
+    "xfail": "xfail",
+    "xpass": "XPASS",
+    "skip": "-",
+}
 
 
 def _cell(rows: list[dict[str, Any]], op: str, dtype: str, check: str) -> str:
@@ -15,86 +23,170 @@ def _cell(rows: list[dict[str, Any]], op: str, dtype: str, check: str) -> str:
     return ""
 
 
-def markdown(report: dict[str, Any], unexpected: list[dict[str, Any]], xpass: list[dict[str, Any]]) -> str:
+def markdown(
+    report: dict[str, Any], unexpected: list[dict[str, Any]], xpass: list[dict[str, Any]]
+) -> str:
     dev, tv, summ = report["device"], report["torch"], report["summary"]
     lines = [
         "# MPS-on-Intel regression report",
         "",
         f"- Device: `{dev['type']}` = **{dev['name']}** (family `{dev['family']}`, name from {dev['name_source']})",
         f"- torch {tv['version']} (git {tv['git_version']}); patched MPS API: {tv['patched_mps_api']}",
-        f"- Build info: `{tv['build_info']}`" if tv["build_info"] else "- Build info: none (not a patched wheel built by this project)",
+        f"- Build info: `{tv['build_info']}`"
+        if tv["build_info"]
+        else "- Build info: none (not a patched wheel built by this project)",
         f"- Host: {report['host']['platform']}, Python {report['host']['python']}, CPU {report['host']['cpu']}",
         f"- Run: {report['started_at']} .. {report['finished_at']}; options {report['options']}",
-        f"- dtypes: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in report["dtype_support"].items()),
+        "- dtypes: "
+        + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in report["dtype_support"].items()),
         "",
-        f"**Result: {'PASS' if summ['exit_code'] == 0 else 'FAIL'}** (exit {summ['exit_code']}): "
-        f"{summ['unexpected_failures']} unexpected failure(s), {summ['unexpected_passes']} unexpected pass(es); "
-        f"{summ['ops_checked']} ops checked, {summ['ops_passing_on_device']} passing on the device.",
+        (
+            f"**Result: {'PASS' if summ['exit_code'] == 0 else 'FAIL'}** (exit {summ['exit_code']}): "
+            f"{summ['unexpected_failures']} unexpected failure(s), "
+            f"{summ['unexpected_passes']} unexpected pass(es); "
+            f"{summ['ops_checked']} ops checked, "
+            f"{summ['ops_passing_on_device']} passing on the device."
+        ),
         "",
         "Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(summ["counts"].items())),
         "",
     ]
     if report.get("self_test"):
         st = report["self_test"]
-        lines += [f"**Self-test:** fault planted in `{st['planted_op']}` ({st['relative_noise']:g} relative noise): "
-                  f"{'CAUGHT in ' + ', '.join(st['caught_in']) if st['caught'] else 'NOT CAUGHT'}", ""]
+        lines += [
+            (
+                f"**Self-test:** fault planted in `{st['planted_op']}` "
+                f"({st['relative_noise']:g} relative noise): "
+                f"{'CAUGHT in ' + ', '.join(st['caught_in']) if st['caught'] else 'NOT CAUGHT'}"
+            ),
+            "",
+        ]
     if unexpected:
-        lines += ["## Unexpected failures", "", "| op | dtype | check | status | detail |", "|---|---|---|---|---|"]
-        lines += [f"| {r['op']} | {r['dtype']} | {r['check']} | {r['status']} | {str(r.get('detail', '')).replace('|', '/')} |"
-                  for r in unexpected]
+        lines += [
+            "## Unexpected failures",
+            "",
+            "| op | dtype | check | status | detail |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['op']} | {r['dtype']} | {r['check']} | {r['status']} | {str(r.get('detail', '')).replace('|', '/')} |"
+            for r in unexpected
+        ]
         lines.append("")
     if xpass:
-        lines += ["## Unexpected passes (known failures that passed: update known_failures.yaml)", "",
-                  "| op | dtype | check | issue |", "|---|---|---|---|"]
-        lines += [f"| {r['op']} | {r['dtype']} | {r['check']} | {r['known']['issue']} |" for r in xpass]
+        lines += [
+            "## Unexpected passes (known failures that passed: update known_failures.yaml)",
+            "",
+            "| op | dtype | check | issue |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['op']} | {r['dtype']} | {r['check']} | {r['known']['issue']} |" for r in xpass
+        ]
         lines.append("")
     known = [r for r in report["results"] if r["status"] == "xfail"]
     if known:
-        lines += ["## Known failures seen", "", "| op | dtype | check | issue | reason |", "|---|---|---|---|---|"]
-        lines += [f"| {r['op']} | {r['dtype']} | {r['check']} | {r['known']['issue']} | {r['known']['reason']} |" for r in known]
+        lines += [
+            "## Known failures seen",
+            "",
+            "| op | dtype | check | issue | reason |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['op']} | {r['dtype']} | {r['check']} | {r['known']['issue']} | {r['known']['reason']} |"
+            for r in known
+        ]
         lines.append("")
-    for status, title in (("unsupported", "Unsupported on this device"), ("fallback", "Ran through the MPS CPU fallback")):
+    for status, title in (
+        ("unsupported", "Unsupported on this device"),
+        ("fallback", "Ran through the MPS CPU fallback"),
+    ):
         rows = [r for r in report["results"] if r["status"] == status]
         if rows:
-            lines += [f"## {title}", ""] + [f"- {r['op']} {r['dtype']} {r['check']}: {r.get('detail', '')}" for r in rows] + [""]
+            lines += (
+                [f"## {title}", ""]
+                + [f"- {r['op']} {r['dtype']} {r['check']}: {r.get('detail', '')}" for r in rows]
+                + [""]
+            )
     if report["training"]:
-        lines += ["## Training smoke", "", "| model | status | steps | first loss (dev/CPU) | last loss (dev/CPU) | max abs diff | tolerance |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Training smoke",
+            "",
+            "| model | status | steps | first loss (dev/CPU) | last loss (dev/CPU) | max abs diff | tolerance |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for t in report["training"]:
-            first = f"{t['device_losses'][0]:.4f} / {t['cpu_losses'][0]:.4f}" if t["device_losses"] else "-"
-            last = f"{t['device_losses'][-1]:.4f} / {t['cpu_losses'][-1]:.4f}" if t["device_losses"] else "-"
-            lines.append(f"| {t['model']} | {t['status']} {t['detail']} | {t['steps']} | {first} | {last} | "
-                         f"{t['max_abs_diff']:.2e} | {t['atol']:g} + {t['rtol']:g}*abs |")
+            first = (
+                f"{t['device_losses'][0]:.4f} / {t['cpu_losses'][0]:.4f}"
+                if t["device_losses"]
+                else "-"
+            )
+            last = (
+                f"{t['device_losses'][-1]:.4f} / {t['cpu_losses'][-1]:.4f}"
+                if t["device_losses"]
+                else "-"
+            )
+            lines.append(
+                f"| {t['model']} | {t['status']} {t['detail']} | {t['steps']} | {first} | {last} | "
+                f"{t['max_abs_diff']:.2e} | {t['atol']:g} + {t['rtol']:g}*abs |"
+            )
         lines.append("")
     lines += ["## Patched-build checks", "", "| check | status | detail |", "|---|---|---|"]
-    lines += [f"| {c['name']} | {c['status']} | {str(c['detail']).replace('|', '/')} |" for c in report["patched_checks"]]
+    lines += [
+        f"| {c['name']} | {c['status']} | {str(c['detail']).replace('|', '/')} |"
+        for c in report["patched_checks"]
+    ]
     lines.append("")
     ops = []
     for r in report["results"]:
         if r["op"] != "*" and r["op"] not in ops:
             ops.append(r["op"])
     if ops:
-        lines += ["## Op parity", "", "| op | family | float32 | float32 grad | float16 | bfloat16 | max rel err (f32) |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Op parity",
+            "",
+            "| op | family | float32 | float32 grad | float16 | bfloat16 | max rel err (f32) |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for op in ops:
             fam = next(r["family"] for r in report["results"] if r["op"] == op)
-            f32 = next((r for r in report["results"] if r["op"] == op and r["dtype"] == "float32" and r["check"] == "forward"), None)
+            f32 = next(
+                (
+                    r
+                    for r in report["results"]
+                    if r["op"] == op and r["dtype"] == "float32" and r["check"] == "forward"
+                ),
+                None,
+            )
             err = f"{f32['max_rel_err']:.1e}" if f32 and f32.get("max_rel_err") is not None else ""
-            lines.append(f"| {op} | {fam} | {_cell(report['results'], op, 'float32', 'forward')} | "
-                         f"{_cell(report['results'], op, 'float32', 'grad')} | {_cell(report['results'], op, 'float16', 'forward')} | "
-                         f"{_cell(report['results'], op, 'bfloat16', 'forward') or _cell(report['results'], '*', 'bfloat16', 'forward')} | {err} |")
+            lines.append(
+                f"| {op} | {fam} | {_cell(report['results'], op, 'float32', 'forward')} | "
+                f"{_cell(report['results'], op, 'float32', 'grad')} | {_cell(report['results'], op, 'float16', 'forward')} | "
+                f"{_cell(report['results'], op, 'bfloat16', 'forward') or _cell(report['results'], '*', 'bfloat16', 'forward')} | {err} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
-def console_summary(report: dict[str, Any], unexpected: list[dict[str, Any]], xpass: list[dict[str, Any]]) -> str:
+def console_summary(
+    report: dict[str, Any], unexpected: list[dict[str, Any]], xpass: list[dict[str, Any]]
+) -> str:
     summ = report["summary"]
-    out = [f"regress: {summ['ops_checked']} ops; " + ", ".join(f"{k} {v}" for k, v in sorted(summ["counts"].items()))]
+    out = [
+        f"regress: {summ['ops_checked']} ops; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(summ["counts"].items()))
+    ]
     for r in unexpected:
-        out.append(f"  UNEXPECTED {r['status']}: {r['op']} {r['dtype']} {r['check']}: {r.get('detail', '')}")
+        out.append(
+            f"  UNEXPECTED {r['status']}: {r['op']} {r['dtype']} {r['check']}: {r.get('detail', '')}"
+        )
     for r in xpass:
-        out.append(f"  unexpected pass: {r['op']} {r['dtype']} {r['check']} (issue {r['known']['issue']})")
+        out.append(
+            f"  unexpected pass: {r['op']} {r['dtype']} {r['check']} (issue {r['known']['issue']})"
+        )
     if report.get("self_test"):
-        out.append(f"  self-test: fault in {report['self_test']['planted_op']} "
-                   f"{'caught' if report['self_test']['caught'] else 'NOT caught'}")
+        out.append(
+            f"  self-test: fault in {report['self_test']['planted_op']} "
+            f"{'caught' if report['self_test']['caught'] else 'NOT caught'}"
+        )
     return "\n".join(out)

@@ -19,9 +19,16 @@ from ._parity import Tolerance
 
 def small_cnn() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
     )
 
 
@@ -31,8 +38,9 @@ class SmallEncoder(nn.Module):
     def __init__(self, vocab: int = 100, dim: int = 64, heads: int = 4, classes: int = 10) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=128, dropout=0.0,
-                                           batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, dim_feedforward=128, dropout=0.0, batch_first=True
+        )
         # enable_nested_tensor=False: the nested fast path is inference-only and not on every backend.
         self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
         self.head = nn.Linear(dim, classes)
@@ -58,8 +66,9 @@ class TrainingResult:
         return dict(self.__dict__)
 
 
-def _train(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], device: str,
-           lr: float) -> list[float]:
+def _train(
+    model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], device: str, lr: float
+) -> list[float]:
     model = model.to(device)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
@@ -78,26 +87,38 @@ def _train(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], d
 # fixed set lets the loss fall within a few steps, so "the curves agree" is not vacuous.
 def _cnn_data(steps: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed)
-    fixed = [(torch.randn(8, 3, 16, 16, generator=gen), torch.randint(0, 10, (8,), generator=gen))
-             for _ in range(2)]
+    fixed = [
+        (torch.randn(8, 3, 16, 16, generator=gen), torch.randint(0, 10, (8,), generator=gen))
+        for _ in range(2)
+    ]
     return [fixed[i % 2] for i in range(steps)]
 
 
 def _encoder_data(steps: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(seed)
-    fixed = [(torch.randint(0, 100, (8, 12), generator=gen), torch.randint(0, 10, (8,), generator=gen))
-             for _ in range(2)]
+    fixed = [
+        (torch.randint(0, 100, (8, 12), generator=gen), torch.randint(0, 10, (8,), generator=gen))
+        for _ in range(2)
+    ]
     return [fixed[i % 2] for i in range(steps)]
 
 
-MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[int, int], list[tuple[torch.Tensor, torch.Tensor]]], float]] = {
+MODELS: dict[
+    str,
+    tuple[
+        Callable[[], nn.Module],
+        Callable[[int, int], list[tuple[torch.Tensor, torch.Tensor]]],
+        float,
+    ],
+] = {
     "small_cnn": (small_cnn, _cnn_data, 0.05),
     "small_transformer_encoder": (SmallEncoder, _encoder_data, 0.02),
 }
 
 
-def run(device: str, steps: int, tol: Tolerance, seed: int = 0,
-        models: tuple[str, ...] = tuple(MODELS)) -> list[TrainingResult]:
+def run(
+    device: str, steps: int, tol: Tolerance, seed: int = 0, models: tuple[str, ...] = tuple(MODELS)
+) -> list[TrainingResult]:
     results: list[TrainingResult] = []
     for name in models:
         build, data, lr = MODELS[name]
@@ -108,10 +129,21 @@ def run(device: str, steps: int, tol: Tolerance, seed: int = 0,
         try:
             cpu_losses = _train(copy.deepcopy(base), batches, "cpu", lr)
             dev_losses = _train(copy.deepcopy(base), batches, device, lr)
-        except Exception as exc:
-            results.append(TrainingResult(name, "error", steps, [], [], math.nan, tol.atol, tol.rtol,
-                                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                                          time.perf_counter() - started))
+        except Exception as exc:  # noqa: BLE001
+            results.append(
+                TrainingResult(
+                    name,
+                    "error",
+                    steps,
+                    [],
+                    [],
+                    math.nan,
+                    tol.atol,
+                    tol.rtol,
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                    time.perf_counter() - started,
+                )
+            )
             continue
         diffs = [abs(d - c) for d, c in zip(dev_losses, cpu_losses)]
         status, detail = "pass", ""
@@ -125,8 +157,22 @@ def run(device: str, steps: int, tol: Tolerance, seed: int = 0,
                     break
             if status == "pass" and not cpu_losses[-1] < cpu_losses[0]:
                 # A run that does not learn would agree trivially; flag it so the smoke means something.
-                status, detail = "fail", f"CPU loss did not fall ({cpu_losses[0]:.4f} -> {cpu_losses[-1]:.4f})"
-        results.append(TrainingResult(name, status, steps, dev_losses, cpu_losses,
-                                      max(diffs) if diffs else math.nan, tol.atol, tol.rtol, detail,
-                                      time.perf_counter() - started))
+                status, detail = (
+                    "fail",
+                    f"CPU loss did not fall ({cpu_losses[0]:.4f} -> {cpu_losses[-1]:.4f})",
+                )
+        results.append(
+            TrainingResult(
+                name,
+                status,
+                steps,
+                dev_losses,
+                cpu_losses,
+                max(diffs) if diffs else math.nan,
+                tol.atol,
+                tol.rtol,
+                detail,
+                time.perf_counter() - started,
+            )
+        )
     return results

@@ -15,19 +15,30 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("expecttest")  # OpInfo's common_utils imports it
 
-from tests.regress import _known, _ops, _parity  # noqa: E402
-from tests.regress._device import family_of  # noqa: E402
+from tests.regress import _known, _ops, _parity
+from tests.regress._device import family_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_suite(out: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+def run_suite(
+    out: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any], str]:
     full_env = dict(os.environ)
     full_env.pop("INTELMAC_REGRESS_PLANT_FAULT", None)  # only the test decides about faults
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(out), *args],
-                          cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=300)
-    report = json.loads((out / "regress.json").read_text()) if (out / "regress.json").exists() else {}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(out), *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    report = (
+        json.loads((out / "regress.json").read_text()) if (out / "regress.json").exists() else {}
+    )
     return proc.returncode, report, proc.stdout + proc.stderr
 
 
@@ -42,7 +53,9 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
     # float32 gradients were compared, not only forwards.
     assert any(r["check"] == "grad" and r["samples"] > 0 for r in report["results"])
     assert {t["model"]: t["status"] for t in report["training"]} == {
-        "small_cnn": "pass", "small_transformer_encoder": "pass"}
+        "small_cnn": "pass",
+        "small_transformer_encoder": "pass",
+    }
     assert report["device"]["family"] == "cpu"
     assert report["torch"]["version"] == torch.__version__
     if sys.platform != "darwin":
@@ -54,7 +67,9 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_self_test_fault_is_reported_as_failure(tmp_path: Path) -> None:
-    code, report, log = run_suite(tmp_path, "--quick", "--self-test", "--no-training", "--ops", "add", "mul")
+    code, report, log = run_suite(
+        tmp_path, "--quick", "--self-test", "--no-training", "--ops", "add", "mul"
+    )
     assert code == 1, log
     assert report["self_test"]["planted_op"] == "add"
     assert report["self_test"]["caught"] is True
@@ -71,13 +86,20 @@ def test_env_fault_and_known_failures(tmp_path: Path) -> None:
     known.write_text(
         "families:\n  cpu:\n"
         "    - {id: planted, ops: [mm], dtypes: [float32], checks: [forward, grad], issue: 1, reason: test}\n"
-        "    - {id: fixed, ops: [add], dtypes: [float32], checks: [forward], issue: 2, reason: test}\n")
+        "    - {id: fixed, ops: [add], dtypes: [float32], checks: [forward], issue: 2, reason: test}\n"
+    )
     common = ("--quick", "--no-training", "--dtypes", "float32", "--known-failures", str(known))
     # The environment plants the fault in another op (mm). The known-failures file lists mm, so
     # the failure is expected (xfail), and the listed-but-passing add is an unexpected pass.
     # A planted fault hidden that way means the self-test did not catch it: exit 1.
-    code, report, log = run_suite(tmp_path / "a", *common, "--ops", "mm", "add",
-                                  env={"INTELMAC_REGRESS_PLANT_FAULT": "mm:0.05"})
+    code, report, log = run_suite(
+        tmp_path / "a",
+        *common,
+        "--ops",
+        "mm",
+        "add",
+        env={"INTELMAC_REGRESS_PLANT_FAULT": "mm:0.05"},
+    )
     assert code == 1, log
     by_key = {(r["op"], r["check"]): r for r in report["results"]}
     assert by_key[("mm", "forward")]["status"] == "xfail"
@@ -86,7 +108,12 @@ def test_env_fault_and_known_failures(tmp_path: Path) -> None:
     assert by_key[("add", "forward")]["status"] == "xpass"
     assert report["summary"]["unexpected_failures"] == 0
     assert report["summary"]["unexpected_passes"] >= 1
-    assert report["self_test"] == {"planted_op": "mm", "relative_noise": 0.05, "caught": False, "caught_in": []}
+    assert report["self_test"] == {
+        "planted_op": "mm",
+        "relative_noise": 0.05,
+        "caught": False,
+        "caught_in": [],
+    }
     # Without a fault: an unexpected pass is reported but fails the run only with --strict-xpass.
     code, report, log = run_suite(tmp_path / "b", *common, "--ops", "add")
     assert code == 0 and report["summary"]["unexpected_passes"] == 1, log
@@ -94,25 +121,28 @@ def test_env_fault_and_known_failures(tmp_path: Path) -> None:
     assert code == 1, log
 
 
-@pytest.mark.parametrize(("name", "family"), [
-    ("Intel(R) UHD Graphics 630", "intel-gen9"),
-    ("Intel Iris Plus Graphics 655", "intel-gen9"),
-    ("Intel(R) Iris(TM) Plus Graphics 640", "intel-gen9"),
-    ("Intel(R) Iris(TM) Plus Graphics", "intel-gen11"),
-    ("Intel HD Graphics 6000", "intel-other"),
-    ("AMD Radeon Pro 560X", "amd-gcn"),
-    ("AMD Radeon Pro Vega 20", "amd-gcn"),
-    ("AMD Radeon RX 580", "amd-gcn"),
-    ("AMD Radeon Pro 5500M", "amd-rdna1"),
-    ("AMD Radeon Pro 5700 XT", "amd-rdna1"),
-    ("AMD Radeon Pro W5700X", "amd-rdna1"),
-    ("AMD Radeon RX 6900 XT", "amd-rdna2"),
-    ("AMD Radeon Pro W6800X Duo", "amd-rdna2"),
-    ("Apple M1 Pro", "apple"),
-    ("Apple Paravirtual device", "apple-virtual"),
-    ("NVIDIA H200", "nvidia"),
-    ("Some Future GPU", "unknown"),
-])
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [
+        ("Intel(R) UHD Graphics 630", "intel-gen9"),
+        ("Intel Iris Plus Graphics 655", "intel-gen9"),
+        ("Intel(R) Iris(TM) Plus Graphics 640", "intel-gen9"),
+        ("Intel(R) Iris(TM) Plus Graphics", "intel-gen11"),
+        ("Intel HD Graphics 6000", "intel-other"),
+        ("AMD Radeon Pro 560X", "amd-gcn"),
+        ("AMD Radeon Pro Vega 20", "amd-gcn"),
+        ("AMD Radeon RX 580", "amd-gcn"),
+        ("AMD Radeon Pro 5500M", "amd-rdna1"),
+        ("AMD Radeon Pro 5700 XT", "amd-rdna1"),
+        ("AMD Radeon Pro W5700X", "amd-rdna1"),
+        ("AMD Radeon RX 6900 XT", "amd-rdna2"),
+        ("AMD Radeon Pro W6800X Duo", "amd-rdna2"),
+        ("Apple M1 Pro", "apple"),
+        ("Apple Paravirtual device", "apple-virtual"),
+        ("NVIDIA H200", "nvidia"),
+        ("Some Future GPU", "unknown"),
+    ],
+)
 def test_family_of(name: str, family: str) -> None:
     assert family_of(name, "mps") == family
 
@@ -122,7 +152,9 @@ def test_compare_tolerances_nan_and_integers() -> None:
     a = torch.tensor([1.0, 2.0, 3.0])
     assert _parity.compare(a, a.clone(), tol, None).ok
     assert not _parity.compare(a * (1 + 1e-3), a, tol, None).ok
-    assert not _parity.compare(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]), tol, None).ok
+    assert not _parity.compare(
+        torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]), tol, None
+    ).ok
     assert _parity.compare(torch.tensor([float("nan")]), torch.tensor([float("nan")]), tol, None).ok
     assert not _parity.compare(torch.tensor([1, 2]), torch.tensor([1, 3]), tol, None).ok
     assert not _parity.compare(a.to(torch.float16), a, tol, None).ok  # dtype drift is a failure
@@ -132,8 +164,12 @@ def test_compare_tolerances_nan_and_integers() -> None:
     assert _parity.compare(ref.to(torch.float16), ref, half, torch.float16).ok
     # "max" scaling: a cancelled element keeps the output's error scale.
     summed = _parity.Tolerance(1e-4, 1e-4, "max")
-    assert _parity.compare(torch.tensor([1000.0, 0.05]), torch.tensor([1000.0, 0.0]), summed, None).ok
-    assert not _parity.compare(torch.tensor([1000.0, 0.05]), torch.tensor([1000.0, 0.0]), tol, None).ok
+    assert _parity.compare(
+        torch.tensor([1000.0, 0.05]), torch.tensor([1000.0, 0.0]), summed, None
+    ).ok
+    assert not _parity.compare(
+        torch.tensor([1000.0, 0.05]), torch.tensor([1000.0, 0.0]), tol, None
+    ).ok
 
 
 def test_tolerances_cover_every_family() -> None:
@@ -153,7 +189,9 @@ def test_known_failures_file() -> None:
     assert {141864, 178697, 112186, 84138} <= issues
     linear = _known.lookup(table, "amd-rdna2", "nn.functional.linear", "float32", "forward")
     assert linear is not None and linear.issue == 178697
-    assert _known.lookup(table, "amd-rdna2", "nn.functional.linear", "float32", "forward") is not None
+    assert (
+        _known.lookup(table, "amd-rdna2", "nn.functional.linear", "float32", "forward") is not None
+    )
     assert _known.lookup(table, "nvidia", "nn.functional.linear", "float32", "forward") is None
     assert _known.apply("fail", linear) == "xfail"
     assert _known.apply("unsupported", linear) == "xfail"
@@ -165,11 +203,12 @@ def test_index_checker_accepts_ties_only() -> None:
     class Sample:
         def __init__(self, x: Any, *args: Any, **kwargs: Any) -> None:
             self.input, self.args, self.kwargs = x, args, kwargs
+
     x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 1.0, 5.0]])
     check = _parity.index_checker("argmax", Sample(x, 1))
     assert check is not None
-    assert check(0, torch.tensor([2, 3]), torch.tensor([1, 3]))       # the other 3.0: a tie
-    assert not check(0, torch.tensor([0, 3]), torch.tensor([1, 3]))   # 1.0 is not the max
+    assert check(0, torch.tensor([2, 3]), torch.tensor([1, 3]))  # the other 3.0: a tie
+    assert not check(0, torch.tensor([0, 3]), torch.tensor([1, 3]))  # 1.0 is not the max
     assert _parity.index_checker("sort", Sample(x, 1, stable=True)) is None
 
 

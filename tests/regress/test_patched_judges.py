@@ -13,16 +13,25 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.regress import _patched  # noqa: E402
+from tests.regress import _patched
 
 TRUTHY = {"1", "true", "yes", "on"}
 FALSY = {"0", "false", "no", "off", ""}
 
 
 def _device(index: int, name: str, low_power: bool, eligible: bool = True) -> dict[str, Any]:
-    return {"index": index, "name": name, "low_power": low_power, "removable": False, "headless": False,
-            "unified_memory": low_power, "recommended_working_set_size": 1 << 30, "eligible": eligible,
-            "selected": False, "skip_reason": None}
+    return {
+        "index": index,
+        "name": name,
+        "low_power": low_power,
+        "removable": False,
+        "headless": False,
+        "unified_memory": low_power,
+        "recommended_working_set_size": 1 << 30,
+        "eligible": eligible,
+        "selected": False,
+        "skip_reason": None,
+    }
 
 
 class FakeMac:
@@ -36,19 +45,33 @@ class FakeMac:
         devs = [dict(d) for d in self.devices]
         chosen = None
         if pick is not None:
-            matches = [d for d in devs if (pick.isdigit() and d["index"] == int(pick))
-                       or (not pick.isdigit() and pick.lower() in d["name"].lower())]
+            matches = [
+                d
+                for d in devs
+                if (pick.isdigit() and d["index"] == int(pick))
+                or (not pick.isdigit() and pick.lower() in d["name"].lower())
+            ]
             if len(matches) == 1 and matches[0]["eligible"]:
                 chosen = matches[0]
         else:
             discrete = [d for d in devs if d["eligible"] and not d["low_power"]]
             low = [d for d in devs if d["eligible"] and d["low_power"]]
-            chosen = discrete[0] if discrete else (low[0] if low and (allow or self.broken == "intel-default") else None)
+            chosen = (
+                discrete[0]
+                if discrete
+                else (low[0] if low and (allow or self.broken == "intel-default") else None)
+            )
         for d in devs:
             d["selected"] = d is chosen
             if d is not chosen:
                 d["skip_reason"] = "not chosen" if self.broken != "no-skip-reason" else None
-        reason = None if chosen else "no usable device among: " + ", ".join(d["name"] for d in devs) if devs else "no Metal devices"
+        reason = (
+            None
+            if chosen
+            else "no usable device among: " + ", ".join(d["name"] for d in devs)
+            if devs
+            else "no Metal devices"
+        )
         return devs, reason
 
     def probe(self, env: dict[str, str], set_flag: bool | None) -> dict[str, Any]:
@@ -58,7 +81,9 @@ class FakeMac:
         if raw is not None and raw.lower() in TRUTHY:
             allow = True
         elif raw is not None and raw.lower() not in FALSY:
-            warnings.append(f"{_patched.ENV_ALLOW}={raw!r} is not one of 1/true/yes/on/0/false/no/off")
+            warnings.append(
+                f"{_patched.ENV_ALLOW}={raw!r} is not one of 1/true/yes/on/0/false/no/off"
+            )
             if self.broken == "double-warning":
                 warnings.append(f"{_patched.ENV_ALLOW} again {raw}")
         flag_at_import = allow
@@ -67,9 +92,18 @@ class FakeMac:
             first = self._select(allow, env.get(_patched.ENV_DEVICE))[1] is None
             allow = set_flag
         devs, reason = self._select(allow, env.get(_patched.ENV_DEVICE))
-        return {"flag_at_import": flag_at_import, "flag": allow, "flag_type": "bool", "first_available": first,
-                "available": reason is None, "reason": reason, "devices": devs, "warnings": warnings,
-                "build_info": {k: "x" for k in _patched.BUILD_INFO_KEYS}, "version": "2.15.0+intelmac"}
+        return {
+            "flag_at_import": flag_at_import,
+            "flag": allow,
+            "flag_type": "bool",
+            "first_available": first,
+            "available": reason is None,
+            "reason": reason,
+            "devices": devs,
+            "warnings": warnings,
+            "build_info": {k: "x" for k in _patched.BUILD_INFO_KEYS},
+            "version": "2.15.0+intelmac",
+        }
 
     def main(self, env: dict[str, str]) -> tuple[int, str]:
         obs = self.probe(env, None)
@@ -83,7 +117,9 @@ MAC_MINI = [_device(0, "Intel(R) UHD Graphics 630", True)]
 MBP16 = [_device(0, "Intel(R) UHD Graphics 630", True), _device(1, "AMD Radeon Pro 5500M", False)]
 
 
-@pytest.mark.parametrize("devices", [MAC_MINI, MBP16, []], ids=["mac-mini-2018", "mbp16-2019", "no-gpu"])
+@pytest.mark.parametrize(
+    "devices", [MAC_MINI, MBP16, []], ids=["mac-mini-2018", "mbp16-2019", "no-gpu"]
+)
 def test_well_behaved_mac_passes(devices: list[dict[str, Any]]) -> None:
     mac = FakeMac(devices)
     results = _patched.run_checks(mac.probe, mac.main)
@@ -91,15 +127,20 @@ def test_well_behaved_mac_passes(devices: list[dict[str, Any]]) -> None:
     assert not failed, failed
     names = {r.name for r in results}
     assert f"env {_patched.ENV_ALLOW}=maybe" in names and "allow_intel_gpu policy" in names
-    assert sum(r.name.startswith(f"{_patched.ENV_DEVICE} by index") for r in results) == len(devices)
+    assert sum(r.name.startswith(f"{_patched.ENV_DEVICE} by index") for r in results) == len(
+        devices
+    )
 
 
-@pytest.mark.parametrize(("broken", "failing_check"), [
-    ("intel-default", "allow_intel_gpu policy"),
-    ("no-skip-reason", "devices() report (default)"),
-    ("double-warning", f"env {_patched.ENV_ALLOW}=maybe"),
-    ("main-exit", "python -m torch.backends.mps (default)"),
-])
+@pytest.mark.parametrize(
+    ("broken", "failing_check"),
+    [
+        ("intel-default", "allow_intel_gpu policy"),
+        ("no-skip-reason", "devices() report (default)"),
+        ("double-warning", f"env {_patched.ENV_ALLOW}=maybe"),
+        ("main-exit", "python -m torch.backends.mps (default)"),
+    ],
+)
 def test_broken_mac_is_caught(broken: str, failing_check: str) -> None:
     mac = FakeMac(MAC_MINI, broken=broken)
     results = {r.name: r for r in _patched.run_checks(mac.probe, mac.main)}
@@ -113,5 +154,6 @@ def test_probe_error_is_a_failure() -> None:
 
 def test_skip_reason_off_macos() -> None:
     import sys
+
     if sys.platform != "darwin":
         assert "macOS" in (_patched.skip_reason() or "")
