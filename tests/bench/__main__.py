@@ -18,9 +18,9 @@ import torch
 
 from tests.regress._device import (
     DEVICE_TYPES,
-    default_device,
     describe,
     host_info,
+    resolve_device,
     torch_info,
     unavailable_reason,
 )
@@ -141,7 +141,7 @@ def speedups(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = args.device or default_device()
+    device = resolve_device(args.device, "bench")
     reason = unavailable_reason(device)
     if reason is not None:
         print(f"bench: cannot use device {device!r}: {reason}", file=sys.stderr)

@@ -20,10 +20,10 @@ import torch
 from . import _known, _ops, _parity, _patched, _report, _training
 from ._device import (
     DEVICE_TYPES,
-    default_device,
     describe,
     dtype_supported,
     host_info,
+    resolve_device,
     torch_info,
     unavailable_reason,
 )
@@ -94,7 +94,7 @@ def _configure_precision(device: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = args.device or default_device()
+    device = resolve_device(args.device, "regress")
     reason = unavailable_reason(device)
     if reason is not None:
         print(f"regress: cannot use device {device!r}: {reason}", file=sys.stderr)

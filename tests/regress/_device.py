@@ -46,6 +46,26 @@ def default_device() -> str:
     return "cpu"
 
 
+def resolve_device(requested: str | None, tool: str) -> str:
+    """The device to use; says so when the default fell back from MPS on a Mac.
+
+    On an Intel Mac without the opt-in, MPS is unavailable and the default would quietly
+    become the CPU: the tool would then compare the CPU with itself and report a pass that
+    means nothing for the GPU. Saying why (the patched wheel's reason) avoids that.
+    """
+    if requested is not None:
+        return requested
+    device = default_device()
+    mps = getattr(torch.backends, "mps", None)
+    if device != "mps" and sys.platform == "darwin" and mps is not None and mps.is_built():
+        print(
+            f"{tool}: MPS is not used, {unavailable_reason('mps')}; running on {device}. "
+            "For an Intel GPU set PYTORCH_MPS_ALLOW_INTEL_GPU=1, or pass --device explicitly.",
+            file=sys.stderr,
+        )
+    return device
+
+
 def unavailable_reason(device: str) -> str | None:
     """None when `device` can run tensors; otherwise a sentence a user can act on."""
     if device == "cpu":
