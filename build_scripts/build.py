@@ -34,13 +34,13 @@ BUILT = "built.json"
 
 
 def _empty_raw(options: Options, python: PythonTarget) -> None:
-    raw = macos.raw_dir(options, python)
+    raw = options.layout.raw(python)
     shutil.rmtree(raw, ignore_errors=True)
     raw.mkdir(parents=True)
 
 
 def _record(options: Options, host: Host, python: PythonTarget) -> None:
-    raw = macos.raw_dir(options, python)
+    raw = options.layout.raw(python)
     wheels = sorted(raw.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"expected one wheel in {raw} after the build, found {len(wheels)}")
@@ -86,7 +86,7 @@ def _generic_steps(options: Options, index: int) -> list[Step]:
         )
     argv = (
         python.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
-        "-v", "--wheel-dir", str(macos.raw_dir(options, python)), ".",
+        "-v", "--wheel-dir", str(options.layout.raw(python)), ".",
     )  # fmt: skip
     steps.append(
         Step(
@@ -105,7 +105,7 @@ def plan(options: Options, host: Host) -> Section:
     for index, python in enumerate(options.pythons):
         steps.append(
             Step(
-                f"empty {macos.raw_dir(options, python)}",
+                f"empty {options.layout.raw(python)}",
                 action=functools.partial(_empty_raw, options, python),
             )
         )

@@ -78,13 +78,9 @@ def venv_python(options: Options, python: PythonTarget) -> Path:
     return options.layout.venvs / python.tag / "bin" / "python"
 
 
-def raw_dir(options: Options, python: PythonTarget) -> Path:
-    return options.layout.dist(python) / "raw"
-
-
 def wheel_command(options: Options, python: PythonTarget) -> tuple[str, ...]:
     interpreter = str(venv_python(options, python))
-    out = str(raw_dir(options, python))
+    out = str(options.layout.raw(python))
     if Version(options.line.version) >= PIP_WHEEL_FROM:
         return (
             interpreter,

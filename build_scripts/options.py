@@ -83,6 +83,10 @@ class Layout:
         """Per-Python outputs: raw/ (as built), repaired/ and the stage records."""
         return self.root / "dist" / python.tag
 
+    def raw(self, python: PythonTarget) -> Path:
+        """Where the build stage puts ``python``'s wheel, as built."""
+        return self.dist(python) / "raw"
+
     @property
     def lock_file(self) -> Path:
         # One lock per release line: every Python of a line shares its patched tree and

@@ -151,11 +151,7 @@ def repair(options: Options, log: Log, host: Host | None = None) -> list[Path]:
 def plan(options: Options) -> Section:
     steps: list[Step] = []
     for python in options.pythons:
-        raw = (
-            options.layout.dist(python)
-            / "raw"
-            / f"{DIST_NAME}-{options.wheel_version}-{python.tag}-*.whl"
-        )
+        raw = options.layout.raw(python) / f"{DIST_NAME}-{options.wheel_version}-{python.tag}-*.whl"
         out = repaired_dir(options, python)
         if options.builder == "pytorch-macos":
             steps.append(
