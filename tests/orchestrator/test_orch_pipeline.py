@@ -165,3 +165,19 @@ def test_python_the_line_does_not_support(project: Project) -> None:
     result = project.cli("fetch")
     assert result.code == 1
     assert "Supported: 3.4" in result.err
+
+
+def test_generic_builder_refuses_a_pytorch_tree(project: Project) -> None:
+    tree = project.root / "upstream" / f"pytorch-v{project.version}"
+    (tree / "aten" / "src" / "ATen").mkdir(parents=True)
+    result = project.cli("all", "--builder", "setuptools", "--source", str(tree))
+    assert result.code == 1
+    assert "is a PyTorch tree; the setuptools builder is for small trees" in result.err
+
+
+def test_stages_out_of_order_say_what_to_run(project: Project) -> None:
+    for stage, hint in (("build", "run the patch stage first"), ("repair", "run the build stage first"),
+                        ("verify", "run the repair stage first"), ("index", "run the verify stage first")):  # fmt: skip
+        result = project.cli(stage, "--builder", "setuptools")
+        assert result.code == 1, (stage, result.text)
+        assert hint in result.err, (stage, result.err)
