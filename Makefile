@@ -14,9 +14,13 @@ SOURCE  ?=
 SHA256  ?=
 BUILD_ARGS ?=
 
-# The torch that the regression suite and benchmark run on when no patched wheel is installed.
+# The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
+# patched wheel works too, e.g. TEST_TORCH='--index-url https://<owner>.github.io/<repo>/simple
+# --extra-index-url https://pypi.org/simple torch==2.15.0+intelmac' or TEST_TORCH=wheels/torch-...whl.
 # 2.13.0 is a CPU build that pip finds without a large download on the project's machines.
 TEST_TORCH ?= torch==2.13.0
+# One stamp per TEST_TORCH value: changing it reinstalls torch.
+TORCH_STAMP := $(VENV)/.stamp-torch-$(shell printf '%s' '$(TEST_TORCH)' | cksum | cut -d' ' -f1)
 DEVICE ?=
 REPORTS ?= reports
 SRC ?=
@@ -38,8 +42,9 @@ $(VENV)/.stamp: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-$(VENV)/.stamp-torch: $(VENV)/.stamp
-	$(PY) -m pip install -q '$(TEST_TORCH)' -e '.[regress]'
+$(TORCH_STAMP): $(VENV)/.stamp
+	$(PY) -m pip install -q $(TEST_TORCH) -e '.[regress]'
+	rm -f $(VENV)/.stamp-torch-*
 	touch $@
 
 build: $(VENV)/.stamp
@@ -50,13 +55,13 @@ build: $(VENV)/.stamp
 	  $(if $(SHA256),--sha256 $(SHA256)) \
 	  $(BUILD_ARGS)
 
-test: $(VENV)/.stamp-torch
+test: $(TORCH_STAMP)
 	$(PY) -m pytest
 
-regress: $(VENV)/.stamp-torch
+regress: $(TORCH_STAMP)
 	$(PY) -m tests.regress $(if $(DEVICE),--device $(DEVICE)) --out $(REPORTS)/regress $(REGRESS_ARGS)
 
-bench: $(VENV)/.stamp-torch
+bench: $(TORCH_STAMP)
 	$(PY) -m tests.bench $(if $(DEVICE),--device $(DEVICE)) --out $(REPORTS)/bench $(BENCH_ARGS)
 
 check-upstream: $(VENV)/.stamp
