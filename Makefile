@@ -47,13 +47,11 @@ $(TORCH_STAMP): $(VENV)/.stamp
 	rm -f $(VENV)/.stamp-torch-*
 	touch $@
 
+BUILD_FLAGS = $(strip $(if $(VERSION),--version $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
+  $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) $(BUILD_ARGS))
+
 build: $(VENV)/.stamp
-	$(PY) -m build_scripts all \
-	  $(if $(VERSION),--version $(VERSION)) \
-	  $(foreach p,$(PYTHON),--python $(p)) \
-	  $(if $(SOURCE),--source $(SOURCE)) \
-	  $(if $(SHA256),--sha256 $(SHA256)) \
-	  $(BUILD_ARGS)
+	$(PY) -m build_scripts all $(BUILD_FLAGS)
 
 test: $(TORCH_STAMP)
 	$(PY) -m pytest

@@ -350,7 +350,9 @@ def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> 
                         "--source with a mirror, a local tarball or 'git'."
                         if problem.status == 404
                         else "Check the network (or the server), then run again: the part "
-                        "downloaded so far is kept and resumed."
+                        "downloaded so far is kept and resumed. Offline, build from a copy "
+                        "you have: --source PATH-TO-TARBALL-OR-TREE --sha256 HEX "
+                        "(make build SOURCE=... SHA256=...)."
                     )
                     raise BuildError(
                         f"Download failed after {attempt} attempts: {problem}\n{hint}"
