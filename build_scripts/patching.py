@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import unidiff
+from unidiff.patch import PatchSet
 
 from .errors import BuildError
 
@@ -51,7 +51,7 @@ class UpstreamCheck:
 def file_changes(patch: Path) -> list[FileChange]:
     """The files one patch touches, in order."""
     changes = []
-    for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
+    for patched in PatchSet(patch.read_text(encoding="utf-8")):
         changes.append(
             FileChange(
                 path=_strip(patched.path),
@@ -88,7 +88,7 @@ def _explain(patch: Path, stderr: str, tree: Path) -> str:
     if failed:
         name, line = failed["file"], int(failed["line"])
         hunk_desc = f"the hunk at line {line}"
-        for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
+        for patched in PatchSet(patch.read_text(encoding="utf-8")):
             if _strip(patched.path) != name:
                 continue
             for number, hunk in enumerate(patched, start=1):
