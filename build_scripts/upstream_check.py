@@ -23,9 +23,10 @@ Two checks, in order:
    variables, the opt-in after a failed first scan, the late-change RuntimeError, device
    picking, ``devices()``, ``build_info()`` and ``python -m torch.backends.mps``.
 
-The shim plays the part of MPSDevice.mm (patch 0002), which only a Mac compiles: it keeps
-the flag, the current choice and the "already initialised" state, and asks the header for
-every decision. tests/patches_py calls the same functions.
+The shim plays the part of MPSDevice.mm (patch 0002), which only a Mac compiles: like it,
+it holds one ``policy::DeviceState`` of the header (the flag, the current choice, rescans and
+refusals, the one-time warnings) and adds only the pretend devices and the first-use scan.
+tests/patches_py calls the same functions.
 """
 
 from __future__ import annotations
@@ -200,16 +201,15 @@ def materialise_header(patches: Sequence[Path], dest: Path) -> Path:
 # The C-ABI shim: MPSDevice.mm's state around the real policy header
 # ---------------------------------------------------------------------------------------
 
-# Plays MPSDevice.mm of patch 0002 on a pretend Mac, step for step: the flag (read from
-# the environment on first need), one scan at the first use of MPS, "initialised" (a
-# device was chosen), setAllowIntelGpu's refusal or immediate rescan. Every decision and
-# every message comes from MPSDevicePolicy.h. Keep it in step with 0002's MPSDevice.mm.
+# Plays MPSDevice.mm of patch 0002 on a pretend Mac. The state and all its rules (the flag
+# read from the environment once, the scan, a rescan or a refusal when the flag changes, the
+# one-time warnings) are the header's policy::DeviceState, as in MPSDevice.mm; the shim only
+# holds the pretend device list and plays MPSDevice::getInstance() (the first use scans once)
+# and rescanIfUnavailable() (scan again when DeviceState says so).
 SHIM_SOURCE = r"""
 #include <ATen/mps/MPSDevicePolicy.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -218,64 +218,21 @@ namespace policy = at::mps::policy;
 namespace {
 
 struct FakeMac {
-  std::vector<policy::DeviceProps> devices;
-  policy::Platform platform;
-  std::optional<bool> allow;   // allow_intel_gpu once read or set
-  bool initialised = false;    // a device was created: the choice is final
-  bool constructed = false;    // MPSDevice::getInstance() ran
-  bool scanned = false;        // the macOS probe passed and the devices were read
-  policy::Selection current;
-  bool warned_low_power = false;
-  std::string warnings;        // queued TORCH_WARNs, '\x1e'-separated
+  std::vector<policy::DeviceProps> devices; // what MTLCopyAllDevices() returns
+  policy::Platform platform;                // whether upstream's macOS probe passes
+  bool constructed = false;                 // MPSDevice::getInstance() ran
+  policy::DeviceState state;
   std::string error;
-  std::string text;            // storage for returned strings
+  std::string text;                         // storage for returned strings
 };
 
 FakeMac mac;
-
-void warn(const std::string& message) {
-  if (!mac.warnings.empty()) {
-    mac.warnings += '\x1e';
-  }
-  mac.warnings += message;
-}
-
-bool allow_flag() {
-  if (!mac.allow) {
-    const auto env = policy::parse_bool_env(policy::kAllowIntelGpuEnv, std::getenv(policy::kAllowIntelGpuEnv));
-    if (!env.warning.empty()) {
-      warn(env.warning);
-    }
-    mac.allow = env.value.value_or(false);
-  }
-  return *mac.allow;
-}
-
-policy::Selection scan(bool allow) {
-  policy::Options options;
-  options.allow_intel_gpu = allow;
-  options.selector = policy::parse_device_selector(std::getenv(policy::kDeviceEnv));
-  return policy::choose(mac.devices, options, mac.platform);
-}
-
-// MPSDevice::chooseDevice(): one scan; the first device chosen is kept for the process.
-void choose_device() {
-  mac.current = scan(allow_flag());
-  mac.scanned = mac.platform.macos_ok;
-  if (const auto* chosen = mac.current.chosen()) {
-    mac.initialised = true;
-    if (chosen->props.low_power && !mac.warned_low_power) {
-      mac.warned_low_power = true;
-      warn(policy::low_power_warning(chosen->props));
-    }
-  }
-}
 
 // MPSDevice::getInstance(): the first use of MPS scans once.
 void ensure_device() {
   if (!mac.constructed) {
     mac.constructed = true;
-    choose_device();
+    mac.state.scan(mac.devices, mac.platform);
   }
 }
 
@@ -334,33 +291,21 @@ void shim_configure(const ShimDevice* devices, size_t count, int macos_ok, const
 
 int shim_is_available() {
   ensure_device();
-  return mac.current.chosen() != nullptr;
+  return mac.state.selection().chosen() != nullptr;
 }
 
 int shim_get_allow() {
-  return allow_flag() ? 1 : 0;
+  return mac.state.allow_intel_gpu() ? 1 : 0;
 }
 
-// setAllowIntelGpu(): refused (1, see shim_error) when a device is in use and the new
-// value would choose another; otherwise stored, and a scan that chose nothing is run
-// again at once (rescanIfUnavailable).
+// setAllowIntelGpu(): 1 when refused (the message in shim_error), else 0; a rescan that
+// DeviceState asks for is run at once, as rescanIfUnavailable() does.
 int shim_set_allow(int value) {
-  const bool allow = value != 0;
-  if (mac.initialised) {
-    const policy::Selection requested = scan(allow);
-    if (!policy::same_choice(mac.current, requested)) {
-      mac.error = policy::late_change_error(mac.current, requested);
-      return 1;
-    }
-    mac.allow = allow;
-    mac.current = requested;
-    return 0;
+  const auto change = mac.state.set_allow_intel_gpu(value != 0, mac.error);
+  if (change == policy::DeviceState::Change::rescan) {
+    mac.state.scan(mac.devices, mac.platform);
   }
-  mac.allow = allow;
-  if (mac.scanned) {
-    choose_device();
-  }
-  return 0;
+  return change == policy::DeviceState::Change::refused ? 1 : 0;
 }
 
 const char* shim_error() {
@@ -369,19 +314,20 @@ const char* shim_error() {
 
 const char* shim_unavailable_reason() {
   ensure_device();
-  return keep(mac.current.unavailable_reason);
+  return keep(mac.state.selection().unavailable_reason);
 }
 
 size_t shim_report_size() {
   ensure_device();
-  return mac.current.devices.size();
+  return mac.state.selection().devices.size();
 }
 
 int shim_report_entry(size_t i, ShimStatus* out) {
-  if (i >= mac.current.devices.size()) {
+  const auto& devices = mac.state.selection().devices;
+  if (i >= devices.size()) {
     return 1;
   }
-  const policy::DeviceStatus& status = mac.current.devices[i];
+  const policy::DeviceStatus& status = devices[i];
   out->index = status.index;
   out->name = status.props.name.c_str();
   out->low_power = status.props.low_power;
@@ -395,10 +341,13 @@ int shim_report_entry(size_t i, ShimStatus* out) {
   return 0;
 }
 
+// The warnings DeviceState queued since the last call, '\x1e'-separated.
 const char* shim_take_warnings() {
-  mac.text = mac.warnings;
-  mac.warnings.clear();
-  return mac.text.c_str();
+  std::string joined;
+  for (const std::string& warning : mac.state.take_warnings()) {
+    joined += (joined.empty() ? "" : "\x1e") + warning;
+  }
+  return keep(joined);
 }
 
 // parse_bool_env on its own: -1 unset, 0 or 1; the warning (if any) into `warning`.

@@ -11,9 +11,21 @@
 //   selector <id> <raw>
 //   core <id> <name> <low_power>
 //   metal4 <id> <apple 0|1>
+//   state <id> <macos_ok 0|1> <min_macos>
+//                                     a scripted run of one DeviceState, on the
+//                                     devices of the dev lines that follow, with
+//                                     PYTORCH_MPS_* unset at the start
+//   do <op> [<arg> ...]               one step of it, in order:
+//                                       scan            DeviceState::scan(devices, platform)
+//                                       get             allow_intel_gpu()
+//                                       set <0|1>       set_allow_intel_gpu()
+//                                       setenv <var> <raw>   setenv / unsetenv ("!")
+//   done                              runs the steps; after each prints what
+//                                     the state then says (selection, warnings)
 #include <ATen/mps/MPSDevicePolicy.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -102,6 +114,69 @@ struct Case {
   policy::Options later;
 };
 
+// A scripted DeviceState run: the steps a caller such as MPSDevice.mm takes.
+struct StateRun {
+  std::string id;
+  policy::Platform platform;
+  std::vector<policy::DeviceProps> devices;
+  std::vector<std::vector<std::string>> steps;
+};
+
+const char* change_name(policy::DeviceState::Change change) {
+  switch (change) {
+    case policy::DeviceState::Change::stored:
+      return "stored";
+    case policy::DeviceState::Change::rescan:
+      return "rescan";
+    case policy::DeviceState::Change::refused:
+      return "refused";
+  }
+  return "?";
+}
+
+std::string strings_json(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out += (i ? ", " : "") + json(items[i]);
+  }
+  return out + "]";
+}
+
+// Returns false on a step it does not know.
+bool run_state(const StateRun& run) {
+  unsetenv(policy::kAllowIntelGpuEnv);
+  unsetenv(policy::kDeviceEnv);
+  policy::DeviceState state;
+  std::cout << "{\"id\": " << json(run.id) << ", \"steps\": [";
+  for (std::size_t i = 0; i < run.steps.size(); ++i) {
+    const auto& step = run.steps[i];
+    std::cout << (i ? ", " : "") << "{\"op\": " << json(step[0]);
+    if (step[0] == "scan" && step.size() == 1) {
+      const policy::DeviceStatus* chosen = state.scan(run.devices, run.platform);
+      std::cout << ", \"value\": " << (chosen ? json(chosen->props.name) : std::string("null"));
+    } else if (step[0] == "get" && step.size() == 1) {
+      std::cout << ", \"value\": " << b(state.allow_intel_gpu());
+    } else if (step[0] == "set" && step.size() == 2) {
+      std::string error;
+      const auto change = state.set_allow_intel_gpu(step[1] == "1", error);
+      std::cout << ", \"change\": \"" << change_name(change) << "\", \"error\": " << json(error);
+    } else if (step[0] == "setenv" && step.size() == 3) {
+      if (raw(step[2]) != nullptr) {
+        setenv(step[1].c_str(), raw(step[2]), 1);
+      } else {
+        unsetenv(step[1].c_str());
+      }
+    } else {
+      std::cerr << "policy_driver: unknown state step " << step[0] << "\n";
+      return false;
+    }
+    std::cout << ", \"scanned\": " << b(state.scanned()) << ", \"selection\": " << selection_json(state.selection())
+              << ", \"warnings\": " << strings_json(state.take_warnings()) << "}";
+  }
+  std::cout << "]}\n";
+  return true;
+}
+
 void run_case(const Case& c) {
   const policy::Selection first = policy::choose(c.devices, c.options, c.platform);
   std::cout << "{\"id\": " << json(c.id) << ", \"result\": " << selection_json(first);
@@ -122,12 +197,28 @@ void run_case(const Case& c) {
 int main() {
   std::string line;
   Case current;
+  StateRun state_run;
+  bool in_state = false; // dev lines belong to state_run
   while (std::getline(std::cin, line)) {
     const auto f = split_tabs(line);
     if (f.empty()) {
       continue;
     }
-    if (f[0] == "case" && f.size() == 6) {
+    if (f[0] == "state" && f.size() == 4) {
+      state_run = StateRun{};
+      in_state = true;
+      state_run.id = f[1];
+      state_run.platform.macos_ok = f[2] == "1";
+      state_run.platform.min_macos = f[3];
+    } else if (f[0] == "do" && f.size() >= 2 && in_state) {
+      state_run.steps.emplace_back(f.begin() + 1, f.end());
+    } else if (f[0] == "done" && in_state) {
+      in_state = false;
+      if (!run_state(state_run)) {
+        return 2;
+      }
+    } else if (f[0] == "case" && f.size() == 6) {
+      in_state = false;
       current = Case{};
       current.id = f[1];
       current.options.allow_intel_gpu = f[2] == "1";
@@ -145,7 +236,7 @@ int main() {
       d.registry_id = std::stoull(f[7]);
       d.supports_mac2 = f[8] == "1";
       d.apple_gpu = f[9] == "1";
-      current.devices.push_back(d);
+      (in_state ? state_run.devices : current.devices).push_back(d);
     } else if (f[0] == "later" && f.size() == 3) {
       current.has_later = true;
       current.later.allow_intel_gpu = f[1] == "1";

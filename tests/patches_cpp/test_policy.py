@@ -2,7 +2,7 @@
 
 The header is taken from the patch itself (applied into a scratch tree with the project's
 own patch applier), compiled with g++ -std=c++17 -Wall -Wextra -Werror together with
-policy_driver.cpp, and asked about every configuration below in every order of its devices.
+policy_driver.cpp (the ``driver`` fixture of conftest.py), and asked about every configuration below in every order of its devices.
 The expected outcomes are written out here, from the policy of issue 3; nothing is computed
 by a second implementation of the policy.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,11 +19,6 @@ from typing import Any
 
 import pytest
 
-from build_scripts import patching
-
-REPO = Path(__file__).resolve().parents[2]
-POLICY_PATCH = REPO / "patches" / "common" / "0001-mps-portable-device-policy.patch"
-DRIVER = Path(__file__).resolve().parent / "policy_driver.cpp"
 GIB = 1024**3
 
 
@@ -202,22 +196,6 @@ def _scenarios(config: Config) -> Iterator[tuple[str, bool, str | None, Expect]]
 
 def _field(value: str | None) -> str:
     return "!" if value is None else f"={value}"
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("g++ is not installed: the C++ policy cannot be compiled on this machine")
-    work = tmp_path_factory.mktemp("policy")
-    tree = work / "tree"
-    tree.mkdir()
-    # The header under test is the one the patch carries, not patches/src.
-    patching.apply_series(tree, [POLICY_PATCH])
-    exe = work / "policy_driver"
-    subprocess.run([gxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-O1", f"-I{tree / 'aten/src'}",
-                    "-o", str(exe), str(DRIVER)], check=True, capture_output=True, text=True)
-    return exe
 
 
 def run_driver(exe: Path, lines: list[str]) -> dict[str, dict[str, Any]]:

@@ -3,8 +3,10 @@
 //
 // Every decision about the MPS device lives here, in portable C++17 that uses
 // only the standard library, so that it compiles and is tested on any host.
+// That includes the state kept for the process (DeviceState: the flag, the
+// last scan, when a rescan is due or a change refused, the one-time warnings).
 // MPSDevice.mm only gathers the facts about each Metal device into
-// DeviceProps and calls these functions.
+// DeviceProps, holds one DeviceState under a mutex and calls it.
 //
 // API (namespace at::mps::policy, all inline):
 //   parse_bool_env(variable, raw)    PYTORCH_MPS_ALLOW_INTEL_GPU-style flags
@@ -17,6 +19,10 @@
 //   late_change_error(current, requested)
 //                                    the error for a change of device after first use
 //   low_power_warning(device)        the once-per-process integrated-GPU warning
+//   DeviceState                      the process-wide state MPSDevice.mm keeps:
+//                                    the flag, the last scan, when a change of
+//                                    the flag rescans or is refused, and the
+//                                    one-time warnings (see the class)
 //   fallback_core_count(device)      a core count where IORegistry has none
 //   supports_metal4(device)          whether Metal 4 shaders may be compiled
 //
@@ -36,10 +42,12 @@
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace at::mps::policy {
@@ -481,6 +489,126 @@ inline std::string low_power_warning(const DeviceProps& device) {
       "'. Integrated GPUs can be slower than the CPU for small workloads and share memory bandwidth with it; "
       "measure your workload first (intelmac-torch ships a CPU-vs-MPS benchmark: `make bench DEVICE=mps`).";
 }
+
+// ---------------------------------------------------------------------------
+// The process-wide state
+// ---------------------------------------------------------------------------
+
+// What MPSDevice.mm keeps between calls, and every rule about it. MPSDevice.mm
+// owns one instance for the process, guards it with a mutex, hands it the
+// properties of the Metal devices and raises with TORCH_WARN what
+// take_warnings() returns; the class itself takes no lock and throws nothing.
+class DeviceState {
+ public:
+  // What set_allow_intel_gpu() did with the new value.
+  enum class Change {
+    stored,  // kept; nothing to scan: no scan yet, or the device in use stays
+    rescan,  // kept; the last scan chose nothing, so scan() again now
+    refused, // not kept: it would change the device in use; `error` says so
+  };
+
+  // The value set through set_allow_intel_gpu(), else PYTORCH_MPS_ALLOW_INTEL_GPU,
+  // which is read, and a value it does not understand warned about, only once.
+  bool allow_intel_gpu() {
+    if (allow_intel_gpu_) {
+      return *allow_intel_gpu_;
+    }
+    if (!allow_from_env_) {
+      const EnvBool parsed = parse_bool_env(kAllowIntelGpuEnv, std::getenv(kAllowIntelGpuEnv));
+      if (!parsed.warning.empty()) {
+        warnings_.push_back(parsed.warning);
+      }
+      allow_from_env_ = parsed.value.value_or(false);
+    }
+    return *allow_from_env_;
+  }
+
+  // The options a scan uses now: the flag above and PYTORCH_MPS_DEVICE.
+  Options options() {
+    Options options;
+    options.allow_intel_gpu = allow_intel_gpu();
+    options.selector = parse_device_selector(std::getenv(kDeviceEnv));
+    return options;
+  }
+
+  // Chooses among `devices` (in MTLCopyAllDevices() order) and keeps the result;
+  // returns the chosen device's status, or nullptr. Only a scan on a macOS that
+  // passed upstream's probe counts: after one that did not, scanned() stays
+  // false and the selection only explains that. The first scan that counts warns
+  // about devices without Mac2, as upstream does; choosing a low-power GPU
+  // warns once per process, however often the devices are scanned.
+  const DeviceStatus* scan(std::vector<DeviceProps> devices, const Platform& platform) {
+    Selection next = choose(devices, options(), platform);
+    if (platform.macos_ok && !scanned_) {
+      for (const DeviceStatus& status : next.devices) {
+        if (!status.props.supports_mac2) {
+          warnings_.push_back("Skipping device " + status.props.name + " that does not support Metal 2.0");
+        }
+      }
+    }
+    scanned_ = scanned_ || platform.macos_ok;
+    devices_ = std::move(devices);
+    platform_ = platform;
+    selection_ = std::move(next);
+    const DeviceStatus* chosen = selection_.chosen();
+    if (chosen != nullptr && chosen->props.low_power && !warned_low_power_) {
+      warned_low_power_ = true;
+      warnings_.push_back(low_power_warning(chosen->props));
+    }
+    return chosen;
+  }
+
+  // torch.backends.mps.allow_intel_gpu = allow. While a device is in use, a
+  // value that would choose another device is refused (the flag keeps its
+  // value, `error` gets late_change_error()); one that would not is kept and
+  // the report updated. A scan that chose nothing does not count as a device in
+  // use: the value is kept and the caller scans again. Before the first scan
+  // the value is only kept; the first scan reads it.
+  Change set_allow_intel_gpu(bool allow, std::string& error) {
+    if (scanned_ && selection_.chosen() != nullptr) {
+      Options requested = options();
+      requested.allow_intel_gpu = allow;
+      Selection next = choose(devices_, requested, platform_);
+      if (!same_choice(selection_, next)) {
+        error = late_change_error(selection_, next);
+        return Change::refused;
+      }
+      selection_ = std::move(next);
+      allow_intel_gpu_ = allow;
+      return Change::stored;
+    }
+    allow_intel_gpu_ = allow;
+    return scanned_ ? Change::rescan : Change::stored;
+  }
+
+  // The result of the last scan: every device's status and, when none was
+  // chosen, the reason. Empty before any scan.
+  const Selection& selection() const {
+    return selection_;
+  }
+
+  // Whether the devices were scanned on a macOS that passed upstream's probe.
+  bool scanned() const {
+    return scanned_;
+  }
+
+  // The warnings queued since the last call, oldest first.
+  std::vector<std::string> take_warnings() {
+    std::vector<std::string> out;
+    out.swap(warnings_);
+    return out;
+  }
+
+ private:
+  std::optional<bool> allow_intel_gpu_; // once set through set_allow_intel_gpu()
+  std::optional<bool> allow_from_env_;  // PYTORCH_MPS_ALLOW_INTEL_GPU, once read
+  bool scanned_ = false;
+  std::vector<DeviceProps> devices_;   // what the last scan read, for set_allow_intel_gpu()
+  Platform platform_;
+  Selection selection_;
+  bool warned_low_power_ = false;
+  std::vector<std::string> warnings_;
+};
 
 // ---------------------------------------------------------------------------
 // Non-Apple GPUs

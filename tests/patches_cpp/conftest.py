@@ -1,0 +1,47 @@
+"""The compiled policy driver, shared by test_policy.py and test_device_state.py."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from build_scripts import patching
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY_PATCH = REPO / "patches" / "common" / "0001-mps-portable-device-policy.patch"
+DRIVER = Path(__file__).resolve().parent / "policy_driver.cpp"
+
+
+@pytest.fixture(scope="session")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """policy_driver.cpp built around the MPSDevicePolicy.h that patch 0001 carries."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed: the C++ policy cannot be compiled on this machine")
+    work = tmp_path_factory.mktemp("policy")
+    tree = work / "tree"
+    tree.mkdir()
+    # The header under test is the one the patch carries, not patches/src.
+    patching.apply_series(tree, [POLICY_PATCH])
+    exe = work / "policy_driver"
+    subprocess.run(
+        [
+            gxx,
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            f"-I{tree / 'aten/src'}",
+            "-o",
+            str(exe),
+            str(DRIVER),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return exe
