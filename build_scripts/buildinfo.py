@@ -20,21 +20,13 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from . import _fsutil
+from . import _fsutil, contract
 from .errors import BuildError
 
-FILENAME = "INTELMAC_BUILD.json"
+FILENAME = contract.BUILD_INFO_FILE
 
 #: The keys the shared contract (issue 3's build_info()) promises; verify checks them.
-REQUIRED_KEYS = (
-    "upstream_version",
-    "wheel_version",
-    "source_sha256",
-    "series_fingerprint",
-    "patches",
-    "toolchain",
-    "built_at",
-)
+REQUIRED_KEYS = contract.BUILD_INFO_KEYS
 
 
 def _first_line(argv: list[str]) -> str | None:

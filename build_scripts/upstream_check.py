@@ -52,27 +52,17 @@ from packaging.version import InvalidVersion, Version
 
 from . import catalog, patching
 from .errors import BuildError
+from .contract import (
+    ACCEPTED_FALSE,
+    ACCEPTED_TRUE,
+    ALLOW_ENV,
+    BUILD_INFO_FILE,
+    DEVICE_ENV,
+    DEVICE_INFO_FIELDS,
+)
 from .newfile_patch import split_sections
 
 POLICY_HEADER = "aten/src/ATen/mps/MPSDevicePolicy.h"
-ALLOW_ENV = "PYTORCH_MPS_ALLOW_INTEL_GPU"
-DEVICE_ENV = "PYTORCH_MPS_DEVICE"
-BUILD_INFO_FILE = "INTELMAC_BUILD.json"
-# The contract of issue 3: the fields of torch.backends.mps.MPSDeviceInfo, in order.
-DEVICE_INFO_FIELDS = (
-    "index",
-    "name",
-    "low_power",
-    "removable",
-    "headless",
-    "unified_memory",
-    "recommended_working_set_size",
-    "eligible",
-    "selected",
-    "skip_reason",
-)
-ACCEPTED_TRUE = ("1", "true", "yes", "on")
-ACCEPTED_FALSE = ("0", "false", "no", "off")
 
 
 # ---------------------------------------------------------------------------------------

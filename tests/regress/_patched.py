@@ -22,29 +22,13 @@ from typing import Any
 
 import torch
 
-ENV_ALLOW = "PYTORCH_MPS_ALLOW_INTEL_GPU"
-ENV_DEVICE = "PYTORCH_MPS_DEVICE"
-DEVICE_FIELDS = (
-    "index",
-    "name",
-    "low_power",
-    "removable",
-    "headless",
-    "unified_memory",
-    "recommended_working_set_size",
-    "eligible",
-    "selected",
-    "skip_reason",
-)
-BUILD_INFO_KEYS = (
-    "upstream_version",
-    "wheel_version",
-    "source_sha256",
-    "series_fingerprint",
-    "patches",
-    "toolchain",
-    "built_at",
-)
+from build_scripts import contract
+
+# The contract's names come from the one place that defines them for every checker.
+ENV_ALLOW = contract.ALLOW_ENV
+ENV_DEVICE = contract.DEVICE_ENV
+DEVICE_FIELDS = contract.DEVICE_INFO_FIELDS
+BUILD_INFO_KEYS = contract.BUILD_INFO_KEYS
 
 # What a fresh interpreter reports. `set_flag` sets allow_intel_gpu after import, before any MPS use.
 _PROBE = r"""
