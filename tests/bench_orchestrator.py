@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "orchestrator"))
 
-from orch_fixture import (
+from orch_fixture import (  # noqa: E402  (after the sys.path insert above)
     make_tarball,
     sha256,
     upstream_files,
@@ -38,7 +38,7 @@ from orch_fixture import (
     write_series,
     write_tree,
 )
-from orch_server import FileServer
+from orch_server import FileServer  # noqa: E402
 
 REPO = HERE.parent
 MiB = 1024 * 1024

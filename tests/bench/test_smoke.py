@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
-from tests.bench import _peaks, _timing
-from tests.bench.__main__ import speedups
+from tests.bench import _peaks, _timing  # noqa: E402  (after importorskip)
+from tests.bench.__main__ import speedups  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,8 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("expecttest")  # OpInfo's common_utils imports it
 
-from tests.regress import _known, _ops, _parity
-from tests.regress._device import family_of
+from tests.regress import _known, _ops, _parity  # noqa: E402  (after importorskip)
+from tests.regress._device import family_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
