@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import html
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -48,13 +49,31 @@ def indexed_wheels(wheels_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
-def _page(title: str, links: list[str]) -> str:
-    body = "\n".join(f"    {link}<br/>" for link in links)
+def page(title: str, body: str) -> str:
+    """An HTML page of the simple repository API (PEP 503, repository version 1.0)."""
     return (
         '<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
-        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
-        f"{body}\n  </body>\n</html>\n"
+        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n{body}  </body>\n</html>\n"
     )
+
+
+def _links_page(title: str, links: list[str]) -> str:
+    body = "".join(f"    {link}<br/>\n" for link in links)
+    return page(title, f"    <h1>{html.escape(title)}</h1>\n{body}")
+
+
+def project_page(project: str, files: Iterable[tuple[str, str, str]]) -> str:
+    """A project's PEP 503 page; ``files`` holds (URL, file name, sha256) triples."""
+    links = [
+        f'<a href="{html.escape(url)}#sha256={sha}">{html.escape(filename)}</a>'
+        for url, filename, sha in files
+    ]
+    return _links_page(f"Links for {project}", links)
+
+
+def root_page(projects: Iterable[str]) -> str:
+    """The PEP 503 root page listing ``projects`` (normalized names)."""
+    return _links_page("Simple index", [f'<a href="{name}/">{name}</a>' for name in projects])
 
 
 def write_index(wheels_dir: Path) -> dict[str, list[str]]:
@@ -65,15 +84,10 @@ def write_index(wheels_dir: Path) -> dict[str, list[str]]:
         projects.setdefault(name, []).append((wheel.name, str(meta["wheel_sha256"])))
     simple = wheels_dir / "simple"
     for project, files in sorted(projects.items()):
-        links = [
-            f'<a href="../../{quote(filename)}#sha256={sha}">{html.escape(filename)}</a>'
-            for filename, sha in sorted(files)
-        ]
-        _fsutil.write_text_atomic(
-            simple / project / "index.html", _page(f"Links for {project}", links)
-        )
-    root_links = [f'<a href="{project}/">{project}</a>' for project in sorted(projects)]
-    _fsutil.write_text_atomic(simple / "index.html", _page("Simple index", root_links))
+        # Wheels sit two folders above their page: wheels/simple/<project>/index.html.
+        triples = [(f"../../{quote(name)}", name, sha) for name, sha in sorted(files)]
+        _fsutil.write_text_atomic(simple / project / "index.html", project_page(project, triples))
+    _fsutil.write_text_atomic(simple / "index.html", root_page(sorted(projects)))
     # A project whose last wheel went away keeps no page that pip could still find.
     for page_dir in simple.iterdir() if simple.is_dir() else []:
         if page_dir.is_dir() and page_dir.name not in projects:

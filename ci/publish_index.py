@@ -5,13 +5,14 @@ about 100 MB, so the wheels stay on the releases and the index links to them wit
 ``#sha256=`` fragment that pip checks. Every release keeps its ``SHA256SUMS``; rebuilding
 the index from all of them keeps older releases installable after a new one is published.
 
-    python ci/publish_index.py collect --out releases      # in CI: gh release list/download
-    python ci/publish_index.py build --releases releases \\
+    python -m ci.publish_index collect --out releases      # in CI: gh release list/download
+    python -m ci.publish_index build --releases releases \\
         --download-base https://github.com/OWNER/REPO/releases/download --out site
 
 ``collect`` writes ``releases/<tag>/SHA256SUMS`` and ``releases/ORDER`` (oldest first).
 When two releases carry a wheel of the same name (a re-release of a line), the later one
-wins. Run as a script: it needs only the standard library (and the ``gh`` CLI to collect).
+wins. The pages are rendered by ``build_scripts.index``, like the local ``wheels/simple``
+index (``collect`` also needs the ``gh`` CLI).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
+
+from build_scripts import index as simple_index
 
 PROJECT = "torch"
 #: The release tags ci/matrix.py accepts (kept in step with its LINE_TAG / ALL_TAG).
@@ -96,12 +99,6 @@ def collect_entries(releases: Path) -> list[Entry]:
     return sorted(chosen.values(), key=lambda entry: entry.filename)
 
 
-def _page(title: str, body: str) -> str:
-    return ("<!DOCTYPE html>\n<html>\n  <head>\n    <meta name=\"pypi:repository-version\" "
-            f"content=\"1.0\">\n    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n"
-            f"{body}  </body>\n</html>\n")
-
-
 def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
     """Write the site into a scratch folder, then move it into place in one step."""
     base = download_base.rstrip("/")
@@ -110,17 +107,15 @@ def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
     try:
         project = scratch / "simple" / PROJECT
         project.mkdir(parents=True)
-        links = "".join(
-            f"    <a href=\"{html.escape(base)}/{quote(entry.tag)}/{quote(entry.filename)}"
-            f"#sha256={entry.sha256}\">{html.escape(entry.filename)}</a><br>\n"
+        files = [
+            (f"{base}/{quote(entry.tag)}/{quote(entry.filename)}", entry.filename, entry.sha256)
             for entry in entries
-        )
-        (project / "index.html").write_text(_page(f"Links for {PROJECT}", f"    <h1>Links for {PROJECT}</h1>\n{links}"))
-        (scratch / "simple" / "index.html").write_text(
-            _page("Simple index", f"    <a href=\"{PROJECT}/\">{PROJECT}</a><br>\n"))
+        ]
+        (project / "index.html").write_text(simple_index.project_page(PROJECT, files))
+        (scratch / "simple" / "index.html").write_text(simple_index.root_page([PROJECT]))
         versions = sorted({WHEEL.match(entry.filename)["version"] for entry in entries})  # type: ignore[index]
         items = "".join(f"      <li><code>{html.escape(v)}</code></li>\n" for v in versions)
-        (scratch / "index.html").write_text(_page(
+        (scratch / "index.html").write_text(simple_index.page(
             "Patched PyTorch wheels for Intel Macs",
             "    <h1>Patched PyTorch wheels for Intel Macs</h1>\n"
             "    <p>A PEP 503 index: <a href=\"simple/\">simple/</a>. Install with "

@@ -67,7 +67,7 @@ def test_publish_commands_for_a_tag(catalog: catalog_module.Catalog) -> None:
     (release,) = runs_of(result, "release")
     assert any('gh release create "v2.14.1-2" dist/*.whl dist/SHA256SUMS' in c for c in commands(release))
     (pages,) = runs_of(result, "pages")
-    assert ('python ci/publish_index.py build --releases releases --download-base '
+    assert ('python -m ci.publish_index build --releases releases --download-base '
             '"https://github.com/me/intelmac-torch/releases/download" --out site') in commands(pages)
     (attest,) = runs_of(result, "attest")
     provenance = next(s for s in attest.steps if "attest-build-provenance" in (s.uses or ""))

@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ci_support import REPO, build_fake_wheel
+from ci_support import build_fake_wheel
 from pytest_httpserver import HTTPServer
 from werkzeug.wrappers import Request, Response
 
-SCRIPT = REPO / "ci" / "publish_index.py"
 
 
 def sums_line(path: Path) -> str:
@@ -22,7 +21,7 @@ def sums_line(path: Path) -> str:
 
 
 def publish(releases: Path, out: Path, base: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), "build", "--releases", str(releases),
+    return subprocess.run([sys.executable, "-m", "ci.publish_index", "build", "--releases", str(releases),
                            "--download-base", base, "--out", str(out)],
                           capture_output=True, text=True, timeout=60, check=False)
 
@@ -152,7 +151,7 @@ else:
 """)
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}", "GH_REPO": "me/repo"}
-    result = subprocess.run([sys.executable, str(SCRIPT), "collect", "--out", str(tmp_path / "r")],
+    result = subprocess.run([sys.executable, "-m", "ci.publish_index", "collect", "--out", str(tmp_path / "r")],
                             capture_output=True, text=True, timeout=60, check=False, env=env)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "r" / "ORDER").read_text() == "v2.15.0-1\nv2.15.0-2\n"
