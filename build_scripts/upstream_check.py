@@ -448,12 +448,15 @@ PRO5500M = _device("AMD Radeon Pro 5500M", 0x2001, working_set=8 * GIB)
 VEGA_II_A = _device("AMD Radeon Pro Vega II", 0x3001, working_set=32 * GIB)
 VEGA_II_B = _device("AMD Radeon Pro Vega II", 0x3002, headless=True, working_set=32 * GIB)
 M1 = _device("Apple M1", 0x4001, unified_memory=True, apple=True, working_set=11 * GIB)
+# The only Metal device of a macOS VM (GitHub's hosted macOS runners): not GPU family Mac2.
+PARAVIRT = _device("Apple Paravirtual device", 0x5001, mac2=False, working_set=1 * GIB)
 
 FAKE_MACS: dict[str, list[dict[str, Any]]] = {
     "mac-mini-2018": [UHD630],
     "macbook-pro-16-2019": [UHD630, PRO5500M],
     "mac-pro-2019": [VEGA_II_A, VEGA_II_B],
     "apple-m1": [M1],
+    "macos-vm": [PARAVIRT],
     "no-devices": [],
 }
 
@@ -837,6 +840,18 @@ def make_sandbox(tree: UpstreamTree, patches: Sequence[Path], dest: Path, shim: 
             )
     _write_common(root, tree.raw_version)
     return Sandbox(root, shim, tree.raw_version, f"{tree.describe()}, patched")
+
+
+def sandbox_for(tree: UpstreamTree, dest: Path, line: str | None = None) -> Sandbox:
+    """A ready sandbox of ``tree``: its line's series from the catalog applied to the tree's
+    own Python files, and the policy shim built around the series' header, all under ``dest``.
+
+    Run anything in it with ``Sandbox.environment(mac, ...)`` as the environment (tests/ci
+    runs ci/wheel_checks.py there).
+    """
+    patches = series_for(line or tree.line)
+    shim = build_shim(materialise_header(patches, dest / "policy"), dest / "shim")
+    return make_sandbox(tree, patches, dest, shim)
 
 
 def make_module_sandbox(patches: Sequence[Path], dest: Path, shim: Path) -> Sandbox:
@@ -1407,10 +1422,7 @@ def check(
     if not python_layer:
         return 0
     with tempfile.TemporaryDirectory(prefix="check-upstream-") as scratch:
-        work = Path(scratch)
-        shim = build_shim(materialise_header(patches, work / "policy"), work / "shim")
-        sandbox = make_sandbox(tree, patches, work, shim)
-        results = run_scenarios(sandbox)
+        results = run_scenarios(sandbox_for(tree, Path(scratch), line))
     out(
         f"python layer ({line}'s own torch/backends files, patched; torch._C doubles over {POLICY_HEADER}):"
     )

@@ -108,8 +108,8 @@ def _initial():
     if raw.lower() in ("0", "false", "no", "off"):
         return False
     if _KNOBS.get("warn", True):
-        warnings.warn(f"{{_FLAG}}={{raw!r}} is not one of 1/true/yes/on or 0/false/no/off; "
-                      "using the default (False)")
+        warnings.warn(_KNOBS.get("warning", "{{flag}}={{raw!r}} is not one of 1/true/yes/on or "
+                                 "0/false/no/off; using the default (False)").format(flag=_FLAG, raw=raw))
     return False
 
 allow_intel_gpu = _initial()

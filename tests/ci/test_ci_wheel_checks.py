@@ -63,6 +63,8 @@ def test_api_checks_accept_the_contract(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("knobs", "failing_check"), [
     ({"default": True}, "allow-intel-gpu-default-off"),
     ({"warn": False}, "env-invalid-value-warns-once"),
+    # Names the variable and the value but not the accepted values.
+    ({"warning": "{flag}={raw!r} is not a valid value"}, "env-invalid-value-warns-once"),
     ({"exit_code": 0}, "python-m-torch.backends.mps"),
     ({"reason": "The MPS backend is supported on macOS 14.0+"}, "unavailable-reason"),
     ({"tensor_error": "The MPS backend is supported on macOS 14.0+"}, "mps-tensor-error"),
@@ -73,6 +75,17 @@ def test_api_checks_catch_a_broken_contract(tmp_path: Path, knobs: dict[str, Any
     result = run_checks("--only", "api", "--expect-no-gpu", torch_root=root, cwd=tmp_path)
     assert result.returncode != 0
     assert f"FAIL {failing_check}" in result.stdout, result.stdout
+
+
+def test_skip_leaves_a_check_out_and_says_so(tmp_path: Path) -> None:
+    root = write_fake_torch(tmp_path / "site", exit_code=0)  # would fail python-m-torch.backends.mps
+    result = run_checks("--only", "api", "--expect-no-gpu", "--skip", "python-m-torch.backends.mps",
+                        torch_root=root, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SKIP python-m-torch.backends.mps" in result.stdout
+    assert "0 failure(s), 1 skipped" in result.stdout
+    unknown = run_checks("--skip", "no-such-check", torch_root=root, cwd=tmp_path)
+    assert unknown.returncode == 2 and "no-such-check" in unknown.stderr
 
 
 def test_version_mismatch_is_caught(tmp_path: Path) -> None:
