@@ -82,7 +82,10 @@ def _load_workflow(path: Path) -> dict[str, Any]:
     try:
         document = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise BuildError(f"No workflow at {path}.") from None
+        raise BuildError(
+            f"No workflow at {path}: ci-plan reads the workflows of a checkout of this "
+            "repository; run it there (make ci-plan TAG=...)."
+        ) from None
     if not isinstance(document, dict) or "jobs" not in document:
         raise BuildError(f"{path} is not a GitHub Actions workflow (no 'jobs').")
     # YAML 1.1 reads the key `on` as the boolean True.
