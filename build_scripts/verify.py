@@ -33,12 +33,12 @@ import zipfile
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from . import _binaries, _fsutil, _stage, buildinfo, patching
+from . import _binaries, _fsutil, _stage, buildinfo, contract, patching
 from ._log import Log
 from ._plan import Section, Step
 from .errors import BuildError
@@ -63,6 +63,8 @@ class Expectation:
     platform: re.Pattern[str]
     macho_arch: str | None  # every Mach-O binary must carry this architecture
     build_info: dict[str, Any]  # keys of INTELMAC_BUILD.json and the values they must have
+    # Strings the compiled patches put into the native libraries; empty: not a PyTorch build.
+    compiled_markers: tuple[str, ...] = ()
 
 
 def expectation(options: Options, python: PythonTarget, source: SourceRecord | None) -> Expectation:
@@ -82,6 +84,9 @@ def expectation(options: Options, python: PythonTarget, source: SourceRecord | N
         return Expectation(
             DIST_NAME, options.wheel_version, options.catalog.local_label,
             frozenset({tag}), frozenset({tag, "none"}), platform, "x86_64", expected_info,
+            # The policy header's option names end up in libtorch_cpu only if the patched
+            # MPSDevice.mm was compiled in (a stale build tree would lack them).
+            compiled_markers=(contract.ALLOW_ENV, contract.DEVICE_ENV),
         )  # fmt: skip
     host_platform = re.sub(r"[-.]", "_", sysconfig.get_platform())
     major = python.version.split(".")[0]
@@ -317,6 +322,42 @@ def check_binaries(archive: zipfile.ZipFile, require_arch: str | None) -> list[F
     ]
 
 
+def _contains(handle: IO[bytes], needles: list[bytes]) -> set[bytes]:
+    """Which of ``needles`` occur in the stream, read in chunks with an overlap."""
+    found: set[bytes] = set()
+    keep = max(len(needle) for needle in needles) - 1
+    tail = b""
+    while chunk := handle.read(_fsutil.CHUNK):
+        window = tail + chunk
+        found.update(needle for needle in needles if needle in window)
+        tail = window[-keep:] if keep else b""
+    return found
+
+
+def check_compiled_markers(archive: zipfile.ZipFile, markers: tuple[str, ...]) -> list[Finding]:
+    """The compiled part of the series is in the native libraries (not just its sources)."""
+    if not markers:
+        return [Finding("compiled patch", True, "not a PyTorch build: nothing to look for")]
+    needles = [marker.encode() for marker in markers]
+    found: set[bytes] = set()
+    for info in archive.infolist():
+        if info.is_dir() or info.file_size < 16:
+            continue
+        with archive.open(info) as handle:
+            if _binaries.kind(handle.read(8)) is None:
+                continue
+        with archive.open(info) as handle:
+            found |= _contains(handle, needles)
+    missing = [needle.decode() for needle in needles if needle not in found]
+    detail = (
+        f"no native library contains {', '.join(missing)}: the patched MPSDevice.mm was not "
+        "compiled in (a stale build tree?)"
+        if missing
+        else f"native libraries contain {', '.join(markers)}"
+    )
+    return [Finding("compiled patch", not missing, detail)]
+
+
 def verify_wheel(
     wheel: Path, expect: Expectation, tree: Path, patches: tuple[Path, ...]
 ) -> list[Finding]:
@@ -332,6 +373,7 @@ def verify_wheel(
             findings += check_build_info(archive, dist_info, expect)
             findings += check_patched_code(archive, tree, patches)
             findings += check_binaries(archive, expect.macho_arch)
+            findings += check_compiled_markers(archive, expect.compiled_markers)
     except zipfile.BadZipFile as exc:
         findings.append(Finding("zip", False, f"not a readable wheel: {exc}"))
     return findings

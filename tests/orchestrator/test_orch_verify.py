@@ -168,3 +168,39 @@ def test_ninja_progress_is_parsed() -> None:
     ) == (123, 4567)
     assert parse_progress("-- Configuring done") is None
     assert parse_progress("[5/0] odd") is None
+
+
+def _wheel_with(tmp_path: Path, members: dict[str, bytes]) -> zipfile.ZipFile:
+    path = tmp_path / "t.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return zipfile.ZipFile(path)
+
+
+def test_compiled_patch_markers_are_found_across_chunk_boundaries(tmp_path: Path) -> None:
+    marker = "PYTORCH_MPS_ALLOW_INTEL_GPU"
+    # Put the marker across the 1 MiB read boundary, so only the overlap can find it.
+    library = macho(["@loader_path"], []).ljust(verify._fsutil.CHUNK - 10, b"\0")
+    library += marker.encode() + b"\0" + b"PYTORCH_MPS_DEVICE\0"
+    archive = _wheel_with(tmp_path, {"torch/lib/libtorch_cpu.dylib": library})
+    (finding,) = verify.check_compiled_markers(archive, (marker, "PYTORCH_MPS_DEVICE"))
+    assert finding.ok, finding.detail
+
+
+def test_a_build_without_the_compiled_patch_fails(tmp_path: Path) -> None:
+    library = macho(["@loader_path"], [])
+    # The marker in a Python file does not count: only native libraries are searched.
+    archive = _wheel_with(
+        tmp_path,
+        {"torch/lib/libtorch_cpu.dylib": library, "torch/x.py": b"PYTORCH_MPS_ALLOW_INTEL_GPU"},
+    )
+    (finding,) = verify.check_compiled_markers(archive, ("PYTORCH_MPS_ALLOW_INTEL_GPU",))
+    assert not finding.ok
+    assert "PYTORCH_MPS_ALLOW_INTEL_GPU" in finding.detail and "not compiled in" in finding.detail
+
+
+def test_no_markers_for_a_generic_build(tmp_path: Path) -> None:
+    archive = _wheel_with(tmp_path, {"pkg/__init__.py": b""})
+    (finding,) = verify.check_compiled_markers(archive, ())
+    assert finding.ok
