@@ -7,7 +7,7 @@ HOST_PYTHON ?= python3
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
 
-# Passed through to `python -m build_scripts all` (empty: the catalog's default / the host's Python).
+# Passed through to `python -m intelmac_torch_builder all` (empty: the catalog's default / the host's Python).
 VERSION ?=
 PYTHON  ?=
 SOURCE  ?=
@@ -51,7 +51,7 @@ BUILD_FLAGS = $(strip $(if $(VERSION),--version $(VERSION)) $(foreach p,$(PYTHON
   $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) $(BUILD_ARGS))
 
 build: $(VENV)/.stamp
-	$(PY) -m build_scripts all $(BUILD_FLAGS)
+	$(PY) -m intelmac_torch_builder all $(BUILD_FLAGS)
 
 test: $(TORCH_STAMP)
 	$(PY) -m pytest
@@ -64,10 +64,10 @@ bench: $(TORCH_STAMP)
 
 check-upstream: $(VENV)/.stamp
 	@test -n "$(SRC)" || { echo "usage: make check-upstream SRC=<source tree or unpacked wheel> [VERSION=x.y.z]"; exit 2; }
-	$(PY) -m build_scripts check-upstream $(SRC) $(if $(VERSION),--version $(VERSION))
+	$(PY) -m intelmac_torch_builder check-upstream $(SRC) $(if $(VERSION),--version $(VERSION))
 
 ci-plan: $(VENV)/.stamp
-	$(PY) -m build_scripts ci-plan $(if $(TAG),--tag $(TAG))
+	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG))
 
 clean:
 	rm -rf $(VENV) build .cache $(REPORTS)

@@ -1,4 +1,4 @@
-"""The one command-line entry point: ``python -m build_scripts <stage> ...``.
+"""The one command-line entry point: ``python -m intelmac_torch_builder <stage> ...``.
 
 Each stage module contributes its own subcommand through ``register(subparsers)``, which
 adds a parser and sets ``func`` on it. ``func(args)`` returns the exit code.
@@ -12,25 +12,25 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .errors import BuildError
+from .core.errors import BuildError
 
 # In pipeline order; each module defines register(subparsers).
 SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "build_scripts.source",
-    "build_scripts.patch_stage",
-    "build_scripts.build",
-    "build_scripts.repair",
-    "build_scripts.verify",
-    "build_scripts.index",
-    "build_scripts.pipeline",
-    "build_scripts.upstream_check",
-    "ci.cli",
+    "intelmac_torch_builder.stages.source",
+    "intelmac_torch_builder.stages.patch",
+    "intelmac_torch_builder.stages.build",
+    "intelmac_torch_builder.stages.repair",
+    "intelmac_torch_builder.stages.verify",
+    "intelmac_torch_builder.stages.index",
+    "intelmac_torch_builder.pipeline",
+    "intelmac_torch_builder.maint.upstream_check",
+    "intelmac_torch_builder.ci.cli",
 )
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m build_scripts",
+        prog="python -m intelmac_torch_builder",
         description="Build patched PyTorch wheels with MPS on Intel Macs: "
         "source -> patches -> build -> repair/verify -> wheels index.",
     )

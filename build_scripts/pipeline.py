@@ -12,14 +12,15 @@ from __future__ import annotations
 import argparse
 import time
 
-from . import build as build_stage
-from . import host as host_mod
-from . import index as index_stage
-from . import patch_stage, repair, source, verify
-from ._log import Log, elapsed
-from ._plan import render
-from ._stage import line_lock
-from .options import DIST_NAME, Options, add_common_arguments, resolve
+from .core import host as host_mod
+from .core._log import Log, elapsed
+from .core._plan import render
+from .core._stage import line_lock
+from .core.options import DIST_NAME, Options, add_common_arguments, resolve
+from .stages import build as build_stage
+from .stages import index as index_stage
+from .stages import patch as patch_stage
+from .stages import repair, source, verify
 
 
 def dry_run(options: Options) -> str:

@@ -1,4 +1,4 @@
-"""The ``matrix`` and ``ci-plan`` subcommands of ``python -m build_scripts``."""
+"""The ``matrix`` and ``ci-plan`` subcommands of ``python -m intelmac_torch_builder``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from build_scripts import catalog as catalog_module
-from build_scripts.errors import BuildError
-
+from ..core import catalog as catalog_module
+from ..core.errors import BuildError
 from . import matrix as matrix_module
 from . import plan as plan_module
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from build_scripts.errors import BuildError
+from ..core.errors import BuildError
 
 
 class ExpressionError(BuildError):

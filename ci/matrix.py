@@ -1,7 +1,7 @@
 """The release matrix, generated from the catalog.
 
 The workflows read this JSON through ``fromJSON``; there is no second list of versions in
-YAML. Every entry is derived from ``build_scripts.catalog``, so a Python version that a
+YAML. Every entry is derived from ``intelmac_torch_builder.core.catalog``, so a Python version that a
 torch line does not support can never appear.
 
 Kinds (one per consumer in the workflows):
@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from build_scripts.catalog import Catalog, ReleaseLine
-from build_scripts.errors import BuildError
+from ..core.catalog import Catalog, ReleaseLine
+from ..core.errors import BuildError
 
 #: GitHub's x86_64 macOS image (macos-13 was retired in Dec 2025; this one lives to Aug 2027).
 BUILD_RUNNER = "macos-15-intel"

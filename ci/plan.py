@@ -7,7 +7,7 @@ in. Nothing here restates the workflow, so the plan cannot drift from it:
 
 * job order, ``needs``, ``if``, ``runs-on``, ``env``, ``permissions`` and steps come from
   the YAML;
-* a step that runs ``python -m build_scripts matrix ... --github-output`` is executed for
+* a step that runs ``python -m intelmac_torch_builder matrix ... --github-output`` is executed for
   real (its command line is parsed by the real CLI parser) to produce the job outputs that
   later ``fromJSON(needs.<job>.outputs.<kind>)`` matrices expand.
 
@@ -28,9 +28,8 @@ from typing import Any
 
 import yaml
 
-from build_scripts.catalog import REPO_ROOT, Catalog
-from build_scripts.errors import BuildError
-
+from ..core.catalog import REPO_ROOT, Catalog
+from ..core.errors import BuildError
 from . import expressions
 from . import matrix as matrix_module
 from .expressions import Unknown
@@ -218,13 +217,13 @@ def _strings(mapping: Mapping[str, Any] | None, contexts: Mapping[str, Any]) -> 
 
 
 def _run_matrix_step(command: str, catalog: Catalog) -> dict[str, str] | None:
-    """Outputs of a `python -m build_scripts matrix ... --github-output` step, computed."""
-    if "build_scripts matrix" not in command or "--github-output" not in command:
+    """Outputs of a `python -m intelmac_torch_builder matrix ... --github-output` step, computed."""
+    if "intelmac_torch_builder matrix" not in command or "--github-output" not in command:
         return None
     words = shlex.split(command)
-    args = _matrix_parser().parse_args(words[words.index("build_scripts") + 1:])
+    args = _matrix_parser().parse_args(words[words.index("intelmac_torch_builder") + 1:])
     if args.catalog:
-        from build_scripts import catalog as catalog_module
+        from ..core import catalog as catalog_module
 
         catalog = catalog_module.load(Path(args.catalog))
     lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines)
@@ -240,7 +239,7 @@ def _matrix_parser() -> argparse.ArgumentParser:
     """The real `matrix` subcommand parser, without the other stages' modules."""
     from . import cli  # late: ci.cli imports this module
 
-    parser = argparse.ArgumentParser(prog="python -m build_scripts")
+    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder")
     cli.register(parser.add_subparsers(dest="command", required=True))
     return parser
 

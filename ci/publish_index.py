@@ -5,13 +5,13 @@ about 100 MB, so the wheels stay on the releases and the index links to them wit
 ``#sha256=`` fragment that pip checks. Every release keeps its ``SHA256SUMS``; rebuilding
 the index from all of them keeps older releases installable after a new one is published.
 
-    python -m ci.publish_index collect --out releases      # in CI: gh release list/download
-    python -m ci.publish_index build --releases releases \\
+    python -m intelmac_torch_builder.ci.publish_index collect --out releases      # in CI: gh release list/download
+    python -m intelmac_torch_builder.ci.publish_index build --releases releases \\
         --download-base https://github.com/OWNER/REPO/releases/download --out site
 
 ``collect`` writes ``releases/<tag>/SHA256SUMS`` and ``releases/ORDER`` (oldest first).
 When two releases carry a wheel of the same name (a re-release of a line), the later one
-wins. The pages are rendered by ``build_scripts.index``, like the local ``wheels/simple``
+wins. The pages are rendered by ``intelmac_torch_builder.stages.index``, like the local ``wheels/simple``
 index (``collect`` also needs the ``gh`` CLI).
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from build_scripts import index as simple_index
+from ..stages import index as simple_index
 
 PROJECT = "torch"
 #: The release tags ci/matrix.py accepts (kept in step with its LINE_TAG / ALL_TAG).

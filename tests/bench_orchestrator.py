@@ -3,11 +3,11 @@
     .venv/bin/python tests/bench_orchestrator.py [--sizes 50,500] [--runs 5]
 
 1. No-op rebuild: the fixture upstream is built once through `all --builder setuptools`,
-   then `python -m build_scripts all` runs again --runs times as a real command (a new
+   then `python -m intelmac_torch_builder all` runs again --runs times as a real command (a new
    interpreter each time, as `make build` starts one). Target: under 2 s, with no request
    reaching the server.
 2. Streaming download: tarballs of each size in --sizes (MB, incompressible) are served by
-   a local HTTP server and fetched by `python -m build_scripts fetch` (download, sha256,
+   a local HTTP server and fetched by `python -m intelmac_torch_builder fetch` (download, sha256,
    safe extraction). The orchestrator's peak RSS (from wait4) should not grow with size.
 
 Prints the measured figures; exits 1 if a target is missed.
@@ -68,7 +68,7 @@ def _random_tarball(path: Path, megabytes: int, top: str) -> str:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "build_scripts", *args]
+    return [sys.executable, "-m", "intelmac_torch_builder", *args]
 
 
 def _run_measured(argv: list[str]) -> tuple[int, float, int]:
@@ -112,7 +112,7 @@ def bench_noop(root: Path, server: FileServer, runs: int) -> bool:
             return False
         times.append(wall)
     fetched = len(server.requests) - requests_before
-    print("No-op rebuild (`python -m build_scripts all`, verified wheel already in the index)")
+    print("No-op rebuild (`python -m intelmac_torch_builder all`, verified wheel already in the index)")
     print(f"  first full build of the fixture: {first:.2f} s")
     print(
         f"  no-op, {runs} runs: median {statistics.median(times):.2f} s, max {max(times):.2f} s "

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from intelmac_torch_builder.core import catalog as catalog_module
 
-from build_scripts import catalog as catalog_module
-from ci import cli
+from intelmac_torch_builder.ci import cli
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -38,8 +38,8 @@ def load_workflow(path: Path) -> dict[str, Any]:
 
 
 def ci_parser() -> argparse.ArgumentParser:
-    """The matrix / ci-plan subcommands exactly as build_scripts.cli registers them."""
-    parser = argparse.ArgumentParser(prog="python -m build_scripts")
+    """The matrix / ci-plan subcommands exactly as intelmac_torch_builder.cli registers them."""
+    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder")
     cli.register(parser.add_subparsers(dest="command", required=True))
     return parser
 

@@ -16,10 +16,10 @@ from ci_support import (
     pinned_catalog,
     run_cli,
 )
+from intelmac_torch_builder.core import catalog as catalog_module
+from intelmac_torch_builder.core.errors import BuildError, CatalogError
 
-from build_scripts import catalog as catalog_module
-from build_scripts.errors import BuildError, CatalogError
-from ci import matrix
+from intelmac_torch_builder.ci import matrix
 
 
 def cli_matrix(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
@@ -221,11 +221,11 @@ def test_github_output_holds_one_compact_json_per_kind(tmp_path: Path,
 
 
 def test_the_real_entry_point_prints_the_matrix() -> None:
-    # `python -m build_scripts matrix`, through the orchestrator's CLI registry.
+    # `python -m intelmac_torch_builder matrix`, through the orchestrator's CLI registry.
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "build_scripts", "matrix", "--kind", "test",
+    result = subprocess.run([sys.executable, "-m", "intelmac_torch_builder", "matrix", "--kind", "test",
                              "--compact"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)["include"]) == sum(

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from ci_support import RELEASE, copy_catalog, edit_catalog, pinned_catalog, run_cli
+from intelmac_torch_builder.core import catalog as catalog_module
+from intelmac_torch_builder.core.errors import BuildError
 
-from build_scripts import catalog as catalog_module
-from build_scripts.errors import BuildError
-from ci import expressions, plan
+from intelmac_torch_builder.ci import expressions, plan
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_publish_commands_for_a_tag(catalog: catalog_module.Catalog) -> None:
     (release,) = runs_of(result, "release")
     assert any('gh release create "v2.14.1-2" dist/*.whl dist/SHA256SUMS' in c for c in commands(release))
     (pages,) = runs_of(result, "pages")
-    assert ('python -m ci.publish_index build --releases releases --download-base '
+    assert ('python -m intelmac_torch_builder.ci.publish_index build --releases releases --download-base '
             '"https://github.com/me/intelmac-torch/releases/download" --out site') in commands(pages)
     (attest,) = runs_of(result, "attest")
     provenance = next(s for s in attest.steps if "attest-build-provenance" in (s.uses or ""))

@@ -15,13 +15,12 @@ from pytest_httpserver import HTTPServer
 from werkzeug.wrappers import Request, Response
 
 
-
 def sums_line(path: Path) -> str:
     return f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}\n"
 
 
 def publish(releases: Path, out: Path, base: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ci.publish_index", "build", "--releases", str(releases),
+    return subprocess.run([sys.executable, "-m", "intelmac_torch_builder.ci.publish_index", "build", "--releases", str(releases),
                            "--download-base", base, "--out", str(out)],
                           capture_output=True, text=True, timeout=60, check=False)
 
@@ -151,7 +150,7 @@ else:
 """)
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}", "GH_REPO": "me/repo"}
-    result = subprocess.run([sys.executable, "-m", "ci.publish_index", "collect", "--out", str(tmp_path / "r")],
+    result = subprocess.run([sys.executable, "-m", "intelmac_torch_builder.ci.publish_index", "collect", "--out", str(tmp_path / "r")],
                             capture_output=True, text=True, timeout=60, check=False, env=env)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "r" / "ORDER").read_text() == "v2.15.0-1\nv2.15.0-2\n"

@@ -29,8 +29,8 @@ from types import ModuleType
 
 import pytest
 from ci_support import REPO
-
-from build_scripts import catalog, contract, upstream_check
+from intelmac_torch_builder.core import catalog, contract
+from intelmac_torch_builder.maint import upstream_check
 
 CHECKS = REPO / "ci" / "wheel_checks.py"
 UPSTREAM_CACHE = Path.home() / ".cache" / "pytorch-upstream"

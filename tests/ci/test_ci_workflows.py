@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 from ci_support import REPO, TOOLING_PYTHON, WORKFLOWS, load_workflow, venv_tool
-
-from build_scripts import catalog as catalog_module
+from intelmac_torch_builder.core import catalog as catalog_module
 
 WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
 ZIZMOR_CONFIG = REPO / ".github" / "zizmor.yml"

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from build_scripts import catalog
-from build_scripts.errors import CatalogError
+from intelmac_torch_builder.core import catalog
+from intelmac_torch_builder.core.errors import CatalogError
 
 
 def test_shipped_catalog_is_valid() -> None:

@@ -22,20 +22,20 @@ def test_installed_package_carries_the_catalog_and_patches(tmp_path: Path) -> No
         capture_output=True, text=True,
     )
     assert install.returncode == 0, install.stdout + install.stderr
-    assert (target / "patches" / "catalog.yaml").is_file()
+    assert (target / "intelmac_torch_builder" / "patches" / "catalog.yaml").is_file()
     entry_points = next(target.glob("intelmac_torch_builder-*.dist-info")) / "entry_points.txt"
-    assert "intelmac-torch = build_scripts.cli:main" in entry_points.read_text()
+    assert "intelmac-torch = intelmac_torch_builder.cli:main" in entry_points.read_text()
 
     # Run from elsewhere, so only the installed copy can be imported.
     env = dict(os.environ, PYTHONPATH=str(target))
     run = subprocess.run(
-        [sys.executable, "-m", "build_scripts", "fetch", "--dry-run", "--version", "2.6.0"],
+        [sys.executable, "-m", "intelmac_torch_builder", "fetch", "--dry-run", "--version", "2.6.0"],
         cwd=tmp_path, env=env, capture_output=True, text=True,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "pytorch-v2.6.0.tar.gz" in run.stdout
     where = subprocess.run(
-        [sys.executable, "-c", "import build_scripts.catalog as c; print(c.DEFAULT_CATALOG)"],
+        [sys.executable, "-c", "import intelmac_torch_builder.core.catalog as c; print(c.DEFAULT_CATALOG)"],
         cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
     )
     assert Path(where.stdout.strip()).is_relative_to(target)

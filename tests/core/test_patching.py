@@ -6,9 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from build_scripts import patching
-from build_scripts.patching import PatchConflict
+from intelmac_torch_builder.core import patching
+from intelmac_torch_builder.core.patching import PatchConflict
 
 ORIGINAL = "".join(f"line {n}\n" for n in range(1, 41))
 

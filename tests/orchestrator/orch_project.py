@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from intelmac_torch_builder import cli
 from orch_fixture import write_catalog
 from orch_server import FileServer
-
-from build_scripts import cli
 
 VERSION = "1.0.0"
 

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from build_scripts import catalog, cli, host
-from build_scripts.host import GIB, Host
-from build_scripts.macos import PythonPaths, rewrite_cmake_cache
+from intelmac_torch_builder import cli
+from intelmac_torch_builder.core import catalog, host
+from intelmac_torch_builder.core.host import GIB, Host
+from intelmac_torch_builder.platforms.macos import PythonPaths, rewrite_cmake_cache
 
 INTEL = Host(
     "Darwin",

@@ -10,15 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from intelmac_torch_builder import cli
 from orch_project import Project
-
-from build_scripts import cli
 
 HOLDER = """
 import sys
 from pathlib import Path
-from build_scripts._locks import held
-from build_scripts._log import Log
+from intelmac_torch_builder.core._locks import held
+from intelmac_torch_builder.core._log import Log
 with held(Path(sys.argv[1]), what="the test", wait=False, log=Log.create()):
     print("held", flush=True)
     sys.stdin.read()

@@ -6,9 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from build_scripts import _log
-from build_scripts.errors import BuildError
+from intelmac_torch_builder.core import _log
+from intelmac_torch_builder.core.errors import BuildError
 
 SCRIPT = "import sys\nfor i in range(1, 4):\n    print(f'[{i}/4] Building CXX object o{i}.o', flush=True)\nsys.exit(CODE)\n"
 

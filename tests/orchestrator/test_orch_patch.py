@@ -99,7 +99,7 @@ def test_new_series_keeps_the_build_folder(project: Project) -> None:
 def test_patch_before_fetch_says_what_to_run(project: Project) -> None:
     result = project.cli("patch")
     assert result.code == 1
-    assert "python -m build_scripts fetch" in result.err
+    assert "python -m intelmac_torch_builder fetch" in result.err
 
 
 def test_fixture_base_is_what_the_stale_patch_does_not_match() -> None:

@@ -12,9 +12,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from intelmac_torch_builder.core import buildinfo
 from orch_project import Project
-
-from build_scripts import buildinfo
 
 
 def _venv_python(venv: Path) -> Path:

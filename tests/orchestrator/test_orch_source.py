@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from intelmac_torch_builder.stages import source
 from orch_fixture import tar_bytes
 from orch_project import Project
-
-from build_scripts import source
 
 
 def _cached(project: Project) -> Path:

@@ -11,9 +11,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from build_scripts import _binaries, verify
-from build_scripts._log import parse_progress
+from intelmac_torch_builder.core import _binaries
+from intelmac_torch_builder.core._log import parse_progress
+from intelmac_torch_builder.stages import verify
 
 X86_64, ARM64 = 0x01000007, 0x0100000C
 

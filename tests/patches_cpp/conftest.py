@@ -7,8 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from build_scripts import patching
+from intelmac_torch_builder.core import patching
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_PATCH = REPO / "patches" / "common" / "0001-mps-portable-device-policy.patch"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from build_scripts import newfile_patch, patching
+from intelmac_torch_builder.core import patching
+from intelmac_torch_builder.maint import newfile_patch
 
 
 @pytest.mark.parametrize("patch", newfile_patch.all_patches(), ids=lambda p: p.name)
@@ -14,7 +14,7 @@ def test_generated_patches_match_their_sources(patch: Path) -> None:
     stale = newfile_patch.out_of_sync(patch)
     assert not stale, (
         f"{patch.name}: {stale} differ from patches/src; "
-        f"run: python -m build_scripts.newfile_patch refresh {patch}"
+        f"run: python -m intelmac_torch_builder.maint.newfile_patch refresh {patch}"
     )
 
 

@@ -13,8 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from build_scripts import catalog, patching
+from intelmac_torch_builder.core import catalog, patching
 
 from .objc_stubs import write_stubs
 

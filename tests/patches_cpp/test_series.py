@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import unidiff
-
-from build_scripts import catalog, newfile_patch
+from intelmac_torch_builder.core import catalog
+from intelmac_torch_builder.maint import newfile_patch
 
 PATCHES = newfile_patch.PATCHES_DIR
 ALL = newfile_patch.all_patches()

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from build_scripts import upstream_check
+from intelmac_torch_builder.maint import upstream_check
 
 # pytest imports test files in importlib mode, which keeps test folders off sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))

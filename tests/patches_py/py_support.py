@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from build_scripts import catalog
+from intelmac_torch_builder.core import catalog
 
 REPO = Path(__file__).resolve().parents[2]
 PATCHES = REPO / "patches"

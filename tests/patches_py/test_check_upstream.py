@@ -1,4 +1,4 @@
-"""``python -m build_scripts check-upstream``: version detection, path mapping, and that it
+"""``python -m intelmac_torch_builder check-upstream``: version detection, path mapping, and that it
 fails on upstream code the series does not fit and passes on the real upstream releases."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from intelmac_torch_builder.core import catalog, patching
+from intelmac_torch_builder.core.errors import BuildError
+from intelmac_torch_builder.core.patching import PatchConflict
+from intelmac_torch_builder.maint import upstream_check
 from py_support import LINES, REPO, SOURCE_2_6, wheel_dir
-
-from build_scripts import catalog, patching, upstream_check
-from build_scripts.errors import BuildError
-from build_scripts.patching import PatchConflict
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def _small_tree(tmp_path: Path, line: str) -> Path:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "build_scripts", "check-upstream", *args],
+        [sys.executable, "-m", "intelmac_torch_builder", "check-upstream", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

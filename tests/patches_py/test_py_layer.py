@@ -1,6 +1,6 @@
 """The patched torch.backends.mps against the contract of issue 3, on Linux.
 
-Each scenario of build_scripts.upstream_check runs twice: against the new module alone
+Each scenario of intelmac_torch_builder.maint.upstream_check runs twice: against the new module alone
 (stand-ins for every upstream file) and against the real 2.6.0 tree's own
 torch/backends files with the series' Python hunks applied. torch._C's new bindings are
 test doubles over the real policy header; see upstream_check's docstring.
@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from build_scripts import upstream_check
-from build_scripts.upstream_check import ALLOW_ENV, Sandbox
+from intelmac_torch_builder.maint import upstream_check
+from intelmac_torch_builder.maint.upstream_check import ALLOW_ENV, Sandbox
 
 SCENARIOS = sorted(upstream_check.SCENARIOS)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import unidiff
+from intelmac_torch_builder.core import patching
+from intelmac_torch_builder.maint import newfile_patch
 from py_support import LINES, REPO, SOURCE_2_6, own_patch
-
-from build_scripts import newfile_patch, patching
 
 SRC = REPO / "patches" / "src" / "torch" / "backends" / "mps"
 NEW_BINDINGS = {
@@ -32,7 +32,7 @@ def _patches() -> list[Path]:
 def test_generated_sections_match_sources(patch: Path) -> None:
     stale = newfile_patch.out_of_sync(patch)
     assert not stale, (
-        f"run: python -m build_scripts.newfile_patch refresh {patch.relative_to(REPO)}"
+        f"run: python -m intelmac_torch_builder.maint.newfile_patch refresh {patch.relative_to(REPO)}"
     )
 
 

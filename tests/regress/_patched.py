@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-from build_scripts import contract
+from intelmac_torch_builder.core import contract
 
 # The contract's names come from the one place that defines them for every checker.
 ENV_ALLOW = contract.ALLOW_ENV

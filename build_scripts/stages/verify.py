@@ -38,13 +38,13 @@ from typing import IO, Any
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from . import _binaries, _fsutil, _stage, buildinfo, contract, patching
-from ._log import Log
-from ._plan import Section, Step
-from .errors import BuildError
-from .options import DIST_NAME, Options, PythonTarget
-from .repair import repaired_record
-from .source import SourceRecord
+from ..core import _binaries, _fsutil, _stage, buildinfo, contract, patching
+from ..core._log import Log
+from ..core._plan import Section, Step
+from ..core.errors import BuildError
+from ..core.options import DIST_NAME, Options, PythonTarget
+from ..stages.repair import repaired_record
+from ..stages.source import SourceRecord
 
 VERIFIED = "verified.json"
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")

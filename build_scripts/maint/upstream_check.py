@@ -1,6 +1,6 @@
 """``check-upstream``: does the patch series fit a real upstream PyTorch, and does it work?
 
-    python -m build_scripts check-upstream SRC [--version V] [--no-python]
+    python -m intelmac_torch_builder check-upstream SRC [--version V] [--no-python]
 
 SRC is either an upstream source tree (it has ``version.txt``) or an unpacked torch wheel
 (``torch/`` and ``torch-*.dist-info/``). The release line comes from the tree (``2.6.0a0``
@@ -50,9 +50,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from . import catalog, patching
-from .errors import BuildError
-from .contract import (
+from ..core import catalog, patching
+from ..core.contract import (
     ACCEPTED_FALSE,
     ACCEPTED_TRUE,
     ALLOW_ENV,
@@ -60,7 +59,8 @@ from .contract import (
     DEVICE_ENV,
     DEVICE_INFO_FIELDS,
 )
-from .newfile_patch import split_sections
+from ..core.errors import BuildError
+from ..maint.newfile_patch import split_sections
 
 POLICY_HEADER = "aten/src/ATen/mps/MPSDevicePolicy.h"
 
@@ -465,7 +465,7 @@ FAKE_MACS: dict[str, list[dict[str, Any]]] = {
 # The sandbox: the patched torch.backends under a stand-in torch
 # ---------------------------------------------------------------------------------------
 
-_STANDIN_TORCH_INIT = '''"""Stand-in torch for exercising the patched torch.backends.mps (build_scripts/upstream_check.py)."""
+_STANDIN_TORCH_INIT = '''"""Stand-in torch for exercising the patched torch.backends.mps (build_scripts/maint/upstream_check.py)."""
 import os
 
 __version__ = os.environ.get("INTELMAC_SANDBOX_TORCH_VERSION", "0.0.0+sandbox")
@@ -488,7 +488,7 @@ class Library:
 # torch._C: upstream's bindings that torch.backends.mps uses, plus the four new ones as
 # test doubles over the policy shim. Queued C++ warnings become Python UserWarnings after
 # each call, as torch's PyWarningHandler does for TORCH_WARN.
-_STANDIN_C = r'''"""Stand-in torch._C over the policy shim (build_scripts/upstream_check.py)."""
+_STANDIN_C = r'''"""Stand-in torch._C over the policy shim (build_scripts/maint/upstream_check.py)."""
 import ctypes
 import json
 import os
@@ -624,7 +624,7 @@ def is_available():
 
 # Runs inside the sandbox: performs the steps given as JSON in argv[1] and prints one JSON
 # record per step (value or error, and the warnings raised meanwhile).
-_PROBE = r'''"""Probe for build_scripts/upstream_check.py: run steps against torch.backends.mps."""
+_PROBE = r'''"""Probe for build_scripts/maint/upstream_check.py: run steps against torch.backends.mps."""
 import json
 import sys
 import warnings

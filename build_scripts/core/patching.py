@@ -22,7 +22,7 @@ from pathlib import Path
 
 from unidiff.patch import PatchSet
 
-from .errors import BuildError
+from ..core.errors import BuildError
 
 #: Maps a path inside an upstream *source* tree to where that file lives in the tree being
 #: checked (identity for a source tree), or None when that kind of tree never has it.

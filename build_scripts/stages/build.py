@@ -20,15 +20,16 @@ import functools
 import shutil
 from typing import Any
 
-from . import _fsutil, _stage, buildinfo, macos
-from . import host as host_mod
-from ._log import Log
-from ._plan import Section, Step, environment
-from .errors import BuildError, UnsupportedHostError
-from .host import Host
-from .options import Options, PythonTarget
-from .patch_stage import read_marker
-from .source import SourceRecord
+from ..core import _fsutil, _stage, buildinfo
+from ..core import host as host_mod
+from ..core._log import Log
+from ..core._plan import Section, Step, environment
+from ..core.errors import BuildError, UnsupportedHostError
+from ..core.host import Host
+from ..core.options import Options, PythonTarget
+from ..platforms import macos
+from ..stages.patch import read_marker
+from ..stages.source import SourceRecord
 
 BUILT = "built.json"
 
@@ -159,7 +160,7 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         "  git clone <this repository> && cd <it>\n"
         f"  make build VERSION={options.line.version} PYTHON='{pythons}'\n"
         "See every command and variable it will use first with:\n"
-        f"  python -m build_scripts build --dry-run --version {options.line.version}"
+        f"  python -m intelmac_torch_builder build --dry-run --version {options.line.version}"
         + "".join(f" --python {python.version}" for python in options.pythons)
     )
 

@@ -4,11 +4,11 @@ Code we add to PyTorch (a new header, a new Python module) is easier to read, li
 test as a normal file than as ``+`` lines of a patch. So the file lives at
 ``patches/src/<path in the PyTorch tree>`` and its patch is generated from it:
 
-    python -m build_scripts.newfile_patch create patches/common/0001-x.patch \\
+    python -m intelmac_torch_builder.maint.newfile_patch create patches/common/0001-x.patch \\
         --file aten/src/ATen/mps/MPSDevicePolicy.h \\
         --description "Add ..." --applies-to "2.15.0, 2.14.1, 2.9.1, 2.6.0"
-    python -m build_scripts.newfile_patch refresh patches/common/0001-x.patch
-    python -m build_scripts.newfile_patch check          # every patch under patches/
+    python -m intelmac_torch_builder.maint.newfile_patch refresh patches/common/0001-x.patch
+    python -m intelmac_torch_builder.maint.newfile_patch check          # every patch under patches/
 
 The patch's DEP-3 header records which of its files are generated in a
 ``Generated-Files:`` field, so ``refresh`` and ``check`` need no other list. A patch may
@@ -25,9 +25,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import BuildError
+from ..core import catalog
+from ..core.errors import BuildError
 
-PATCHES_DIR = Path(__file__).resolve().parent.parent / "patches"
+PATCHES_DIR = catalog.PATCHES_DIR
 SRC_ROOT = PATCHES_DIR / "src"
 GENERATED_FIELD = "Generated-Files"
 
@@ -164,12 +165,12 @@ def _check(args: argparse.Namespace) -> int:
     stale = [(patch, path) for patch in patches for path in out_of_sync(patch, args.src_root)]
     for patch, path in stale:
         print(f"{patch}: {path} differs from {args.src_root / path}; "
-              f"run: python -m build_scripts.newfile_patch refresh {patch}")
+              f"run: python -m intelmac_torch_builder.maint.newfile_patch refresh {patch}")
     return 1 if stale else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m build_scripts.newfile_patch", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.maint.newfile_patch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--src-root", type=Path, default=SRC_ROOT,
                         help="where the source files live, by tree path (default: patches/src)")

@@ -18,14 +18,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import _fsutil, _stage, buildinfo
-from . import host as host_mod
-from ._log import Log
-from ._plan import Section, Step, environment
-from .build import built_record
-from .errors import BuildError, UnsupportedHostError
-from .host import Host
-from .options import DIST_NAME, Options, PythonTarget
+from ..core import _fsutil, _stage, buildinfo
+from ..core import host as host_mod
+from ..core._log import Log
+from ..core._plan import Section, Step, environment
+from ..core.errors import BuildError, UnsupportedHostError
+from ..core.host import Host
+from ..core.options import DIST_NAME, Options, PythonTarget
+from ..stages.build import built_record
 
 REPAIRED = "repaired.json"
 
@@ -102,7 +102,7 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
             if not host.is_macos:
                 raise UnsupportedHostError(
                     "delocate repairs macOS wheels and runs only on macOS; this wheel was built "
-                    "on a Mac, so repair it there: python -m build_scripts repair "
+                    "on a Mac, so repair it there: python -m intelmac_torch_builder repair "
                     f"--version {options.line.version} --python {python.version}"
                 )
             log.run_logged(

@@ -13,12 +13,12 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from ..core._locks import held
+from ..core._log import Log
+from ..core._plan import Section, render
+from ..core.errors import BuildError
+from ..core.options import Options, PythonTarget, add_common_arguments, resolve
 from . import _fsutil
-from ._locks import held
-from ._log import Log
-from ._plan import Section, render
-from .errors import BuildError
-from .options import Options, PythonTarget, add_common_arguments, resolve
 
 
 def line_lock(options: Options, log: Log) -> AbstractContextManager[None]:
@@ -58,6 +58,6 @@ def read_record(
     if not isinstance(data, dict) or not Path(str(data.get("wheel"))).is_file():
         raise BuildError(
             f"No {what} wheel for {python.tag} in {path.parent}: run the {stage} stage first "
-            f"(python -m build_scripts {stage} --version {options.line.version})."
+            f"(python -m intelmac_torch_builder {stage} --version {options.line.version})."
         )
     return data

@@ -21,11 +21,14 @@ import jsonschema
 import yaml
 from packaging.version import Version
 
-from .errors import CatalogError
+from ..core.errors import CatalogError
 
-#: The repository's own catalog, next to the patches it lists.
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CATALOG = REPO_ROOT / "patches" / "catalog.yaml"
+#: The series and the catalog: the repository's patches/ folder, which an installed copy
+#: carries as the package data ``intelmac_torch_builder.patches``.
+PATCHES_DIR = Path(str(resources.files(__name__.partition(".")[0] + ".patches")))
+#: The checkout's root (an installed copy has no .github/ there).
+REPO_ROOT = PATCHES_DIR.parent
+DEFAULT_CATALOG = PATCHES_DIR / "catalog.yaml"
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ._log import Log
-from .errors import BuildError
+from ..core._log import Log
+from ..core.errors import BuildError
 
 
 def _holder(lock_file: Path) -> str:

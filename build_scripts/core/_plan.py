@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._log import format_command
+from ..core._log import format_command
 
 
 @dataclass(frozen=True)

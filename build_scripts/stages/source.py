@@ -38,13 +38,13 @@ import yaml
 if TYPE_CHECKING:
     import requests
 
-from . import _fsutil, _stage
-from ._locks import held
-from ._log import Log
-from ._plan import Section, Step
-from .catalog import Catalog
-from .errors import BuildError
-from .options import FetchSettings, Options
+from ..core import _fsutil, _stage
+from ..core._locks import held
+from ..core._log import Log
+from ..core._plan import Section, Step
+from ..core.catalog import Catalog
+from ..core.errors import BuildError
+from ..core.options import FetchSettings, Options
 
 UPSTREAM_GIT = "https://github.com/pytorch/pytorch.git"
 # 404 is retried too: GitHub's release CDN has answered 404 for a few seconds after an
@@ -157,7 +157,7 @@ def record_pin(catalog: Catalog, version: str, url: str, sha256: str, cache_dir:
             "how": "trust-on-first-use: the hash of what was downloaded, not a published pin",
         }
         header = (
-            "# sha256 pins recorded by --trust-on-first-use runs (build_scripts/source.py).\n"
+            "# sha256 pins recorded by --trust-on-first-use runs (build_scripts/stages/source.py).\n"
             "# Later runs treat them as pins. Check each against an independent source, then\n"
             "# move it into catalog.yaml (with pin_origin) and delete the entry here.\n"
         )

@@ -29,7 +29,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from .errors import BuildError
+from ..core.errors import BuildError
 
 #: ninja's status line, e.g. ``[123/4567] Building CXX object ...``.
 _NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ._plan import Step
-from .errors import BuildError
-from .host import Host, max_jobs
-from .options import Options, PythonTarget
+from ..core._plan import Step
+from ..core.errors import BuildError
+from ..core.host import Host, max_jobs
+from ..core.options import Options, PythonTarget
 
 #: From 2.9 upstream documents pip (not setup.py commands) as the way to build; older
 #: lines, 2.6 among them, build their wheels with ``setup.py bdist_wheel``.

@@ -15,12 +15,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from . import _fsutil, _stage, patching
-from ._log import Log
-from ._plan import Section, Step
-from .errors import BuildError
-from .options import Options
-from .source import SourceRecord
+from ..core import _fsutil, _stage, patching
+from ..core._log import Log
+from ..core._plan import Section, Step
+from ..core.errors import BuildError
+from ..core.options import Options
+from ..stages.source import SourceRecord
 
 MARKER = ".intelmac-series.json"
 
@@ -49,7 +49,7 @@ def patch(options: Options, log: Log) -> Path:
     if record is None or not layout.source_tree.is_dir():
         raise BuildError(
             f"No source tree in {layout.root}. Fetch it first: "
-            f"python -m build_scripts fetch --version {options.line.version}"
+            f"python -m intelmac_torch_builder fetch --version {options.line.version}"
         )
     wanted = _wanted_marker(options, record)
     current = read_marker(layout.patched_tree)

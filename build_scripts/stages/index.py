@@ -20,13 +20,13 @@ from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from . import _fsutil, _stage
-from ._locks import held
-from ._log import Log
-from ._plan import Section, Step
-from .errors import BuildError
-from .options import DIST_NAME, Options
-from .verify import verified_record
+from ..core import _fsutil, _stage
+from ..core._locks import held
+from ..core._log import Log
+from ..core._plan import Section, Step
+from ..core.errors import BuildError
+from ..core.options import DIST_NAME, Options
+from ..stages.verify import verified_record
 
 BUILD_JSON = ".build.json"
 

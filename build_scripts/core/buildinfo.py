@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import BuildError
 from . import _fsutil, contract
-from .errors import BuildError
 
 FILENAME = contract.BUILD_INFO_FILE
 

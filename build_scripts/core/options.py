@@ -18,9 +18,9 @@ from typing import Literal
 
 from packaging.version import Version
 
+from ..core.catalog import Catalog, ReleaseLine
+from ..core.errors import BuildError
 from . import catalog as catalog_mod
-from .catalog import Catalog, ReleaseLine
-from .errors import BuildError
 
 Builder = Literal["pytorch-macos", "setuptools"]
 BUILDERS: tuple[Builder, ...] = ("pytorch-macos", "setuptools")
