@@ -22,11 +22,15 @@ class Step:
     cwd: Path | None = None
     log_name: str | None = None  # the log file (under logs/) a command's output goes to
     action: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    env: Mapping[str, str] = field(default_factory=dict)  # this command's own, on the section's
 
     def render(self) -> list[str]:
         lines = [f"# {self.title}"]
         if self.argv:
             command = format_command(self.argv)
+            if self.env:
+                assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+                command = f"env {assignments} {command}"
             lines.append(f"(cd {self.cwd} && {command})" if self.cwd else command)
         return lines
 

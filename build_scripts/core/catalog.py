@@ -184,7 +184,9 @@ def parse(path: Path, document: Any) -> Catalog:
         patches = tuple(path.parent / name for name in raw["patches"])
         for name, patch in zip(raw["patches"], patches):
             if not patch.is_file():
-                raise CatalogError(f"{where}, field 'patches': {name} does not exist in {path.parent}")
+                raise CatalogError(
+                    f"{where}, field 'patches': {name} does not exist in {path.parent}"
+                )
         python = tuple(sorted(raw["python"], key=Version))
         line = ReleaseLine(
             version=raw["version"],

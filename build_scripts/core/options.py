@@ -7,6 +7,7 @@ the folders. Nothing after ``resolve`` looks at raw argv or environment strings.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shutil
@@ -28,6 +29,9 @@ BUILDERS: tuple[Builder, ...] = ("pytorch-macos", "setuptools")
 #: The distribution name of every wheel this project builds (the fixture's too).
 DIST_NAME = "torch"
 
+#: The companions a catalog line may name (torchvision; torchaudio is not built).
+COMPANIONS = ("torchvision",)
+
 _X_Y = re.compile(r"^3\.\d+$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -48,10 +52,10 @@ class PythonTarget:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a release line's work lives: ``<work-dir>/<version>/...``."""
+    """Where a release line's work lives: ``<work-dir>/<key>/...`` (``2.6.0``, ``torchvision-0.21.0``)."""
 
     work_dir: Path
-    version: str
+    version: str  # the line's key
 
     @property
     def root(self) -> Path:
@@ -117,6 +121,10 @@ class Options:
     cache_dir: Path
     wheels_dir: Path
     fetch: FetchSettings
+    build_companions: bool = True  # False: --torch-only
+    # Set on a companion's options (``line`` is then the companion): the torch build it
+    # is built against.
+    companion_of: Options | None = None
 
     @property
     def wheel_version(self) -> str:
@@ -124,7 +132,15 @@ class Options:
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.work_dir, self.line.version)
+        return Layout(self.work_dir, self.line.key)
+
+    def companion(self, source: str | None = None, sha256: str | None = None) -> Options | None:
+        """The options of this torch line's companion build, or None when it has none."""
+        if self.line.companion is None or self.companion_of is not None:
+            return None
+        return dataclasses.replace(
+            self, line=self.line.companion, source=source, sha256=sha256, companion_of=self
+        )
 
     def libomp_prefix(self, host_prefix: Path | None) -> Path | None:
         return self.libomp or host_prefix
@@ -137,6 +153,17 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--catalog", type=Path, help="release catalog YAML (default: patches/catalog.yaml)"
+    )
+    group.add_argument(
+        "--companion",
+        choices=COMPANIONS,
+        help="act on the line's companion (built against the line's torch wheel) instead of "
+        "torch; --source and --sha256 then describe the companion's source",
+    )
+    group.add_argument(
+        "--torch-only",
+        action="store_true",
+        help="`all`: build torch alone, without its companion (make build TORCH_ONLY=1)",
     )
     group.add_argument(
         "--python",
@@ -261,12 +288,14 @@ def resolve(args: argparse.Namespace) -> Options:
     # The first compiles; building the oldest first is what upstream's multi-Python builds do
     # and keeps the order (and so the plan) stable whatever order the flags came in.
     pythons.sort(key=lambda target: Version(target.version))
-    return Options(
+    companion = getattr(args, "companion", None)
+    sha256 = _check_sha256(args.sha256)
+    options = Options(
         catalog=catalog,
         line=line,
         pythons=tuple(pythons),
-        source=args.source,
-        sha256=_check_sha256(args.sha256),
+        source=None if companion else args.source,
+        sha256=None if companion else sha256,
         trust_on_first_use=args.trust_on_first_use,
         dry_run=args.dry_run,
         builder=args.builder,
@@ -278,4 +307,15 @@ def resolve(args: argparse.Namespace) -> Options:
         fetch=FetchSettings(
             retries=max(0, args.retries), timeout=args.timeout, backoff=max(0.0, args.backoff)
         ),
+        build_companions=not getattr(args, "torch_only", False),
     )
+    if not companion:
+        return options
+    chosen = options.companion(args.source, sha256)
+    if chosen is None or chosen.line.name != companion:
+        raise BuildError(
+            f"PyTorch {line.version} has no {companion} companion in the catalog "
+            f"({catalog.path}). Lines with one: "
+            + ", ".join(c.pairs_with or "" for c in catalog.companions() if c.name == companion)
+        )
+    return chosen

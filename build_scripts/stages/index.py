@@ -25,7 +25,7 @@ from ..core._locks import held
 from ..core._log import Log
 from ..core._plan import Section, Step
 from ..core.errors import BuildError
-from ..core.options import DIST_NAME, Options
+from ..core.options import Options
 from ..stages.verify import verified_record
 
 BUILD_JSON = ".build.json"
@@ -125,10 +125,19 @@ def index(options: Options, log: Log) -> list[Path]:
     total = sum(len(files) for files in projects.values())
     log.info(f"{wheels_dir / 'simple'}: {total} wheels in {len(projects)} project(s)")
     log.info(
-        "Install with:\n  python -m pip install --index-url "
-        f"{(wheels_dir / 'simple').as_uri()} {DIST_NAME}=={options.wheel_version}"
+        "Install with:\n  python -m pip install --extra-index-url "
+        f"{(wheels_dir / 'simple').as_uri()} {install_pins(options)}"
     )
     return added
+
+
+def install_pins(options: Options) -> str:
+    """The requirements that install this build (a companion with its torch), exactly pinned."""
+    torch = options.companion_of or options
+    pins = [f"torch=={torch.wheel_version}"]
+    if options.companion_of is not None:
+        pins.append(f"{options.line.name}=={options.wheel_version}")
+    return " ".join(pins)
 
 
 def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None:
@@ -140,7 +149,7 @@ def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None
     """
     if source_sha256 is None:
         return None
-    page = options.wheels_dir / "simple" / DIST_NAME / "index.html"
+    page = options.wheels_dir / "simple" / options.line.name / "index.html"
     try:
         listed = page.read_text(encoding="utf-8")
     except OSError:
@@ -179,7 +188,7 @@ def plan(options: Options) -> Section:
             f"copy verified wheels into {options.wheels_dir} with <wheel>{BUILD_JSON} beside each"
         ),
         Step(
-            f"rewrite {simple}/index.html and {simple}/torch/index.html (PEP 503, #sha256= fragments)"
+            f"rewrite {simple}/index.html and {simple}/{options.line.name}/index.html (PEP 503, #sha256= fragments)"
         ),
     ]
     return Section("index", (), {}, tuple(steps))
