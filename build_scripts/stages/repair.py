@@ -175,7 +175,11 @@ def repair(options: Options, log: Log, host: Host | None = None) -> list[Path]:
 def plan(options: Options) -> Section:
     steps: list[Step] = []
     for python in options.pythons:
-        raw = options.layout.raw(python) / f"{options.line.name}-{options.wheel_version}-*.whl"
+        # A companion's wheel may be tagged py3-none (torchvision 0.29.2's stable-ABI build).
+        tags = "" if options.companion_of is not None else f"{python.tag}-"
+        raw = (
+            options.layout.raw(python) / f"{options.line.name}-{options.wheel_version}-{tags}*.whl"
+        )
         out = repaired_dir(options, python)
         if options.builder == "pytorch-macos":
             steps.append(
