@@ -1,5 +1,6 @@
 # Two commands set everything up on a fresh machine:
-#   make build   patched PyTorch wheel for the catalog's default line and this host's Python
+#   make build   patched PyTorch wheel for the catalog's default line and this host's Python,
+#                then its torchvision built against it (TORCH_ONLY=1: torch alone)
 #   make test    the project's own test suite (hermetic: no network beyond 127.0.0.1)
 # Each bootstraps the virtual environment it needs from pyproject.toml.
 
@@ -12,6 +13,8 @@ VERSION ?=
 PYTHON  ?=
 SOURCE  ?=
 SHA256  ?=
+# Non-empty: build torch alone, without the line's torchvision companion.
+TORCH_ONLY ?=
 BUILD_ARGS ?=
 
 # The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
@@ -29,7 +32,8 @@ TAG ?=
 .PHONY: help build test regress bench check-upstream ci-plan lint clean
 
 help:
-	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...]"
+	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [TORCH_ONLY=1]"
+	@echo "                             torch, then its torchvision (TORCH_ONLY=1: torch alone)"
 	@echo "make test                    run the project's tests"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
@@ -48,7 +52,8 @@ $(TORCH_STAMP): $(VENV)/.stamp
 	touch $@
 
 BUILD_FLAGS = $(strip $(if $(VERSION),--version $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
-  $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) $(BUILD_ARGS))
+  $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) \
+  $(if $(TORCH_ONLY),--torch-only) $(BUILD_ARGS))
 
 build: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder all $(BUILD_FLAGS)
