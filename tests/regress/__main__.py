@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import _known, _ops, _parity, _patched, _report, _training
+from . import _known, _ops, _parity, _patched, _report, _training, _vision
 from ._device import (
     DEVICE_TYPES,
     describe,
@@ -66,6 +66,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=None, help="OpInfo samples per op and dtype")
     p.add_argument("--train-steps", type=int, default=None)
     p.add_argument("--no-parity", action="store_true", help="skip the op parity checks")
+    p.add_argument(
+        "--no-vision",
+        action="store_true",
+        help="skip torchvision's MPS ops (checked with the op parity when torchvision is installed)",
+    )
     p.add_argument("--no-training", action="store_true", help="skip the training smoke")
     p.add_argument("--no-patched", action="store_true", help="skip the patched-build checks")
     p.add_argument(
@@ -154,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             for op in ops:
                 for res in runner.run_op(op, _ops.FAMILY_OF[op], dtype):
                     results.append(res.as_dict())
+        if not args.no_vision:
+            results += [res.as_dict() for res in _vision.run(device, fault)]
         for res in results:
             known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"])
             res["raw_status"] = res["status"]
