@@ -25,8 +25,8 @@ from ..core._locks import held
 from ..core._log import Log
 from ..core._plan import Section, Step
 from ..core.errors import BuildError
-from ..core.options import Options
-from ..stages.verify import verified_record
+from ..core.options import Options, PythonTarget
+from ..stages.verify import VERIFIED, verified_record
 
 BUILD_JSON = ".build.json"
 
@@ -140,6 +140,18 @@ def install_pins(options: Options) -> str:
     return " ".join(pins)
 
 
+def _torch_built_against(options: Options, python: PythonTarget) -> str | None:
+    """For a companion: the sha256 of the torch wheel it must have been built against now.
+
+    A torch rebuilt since (a new series, a new source) makes the companion out of date.
+    """
+    if options.companion_of is None:
+        return None
+    record = _fsutil.read_json(options.companion_of.layout.dist(python) / VERIFIED)
+    sha = record.get("sha256") if isinstance(record, dict) else None
+    return str(sha) if sha else "no verified torch wheel"
+
+
 def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None:
     """The indexed wheels of this target when all are present and match; else None.
 
@@ -164,12 +176,14 @@ def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None
     found: list[Path] = []
     candidates = indexed_wheels(options.wheels_dir)
     for python in options.pythons:
+        against = _torch_built_against(options, python)
         match = next(
             (
                 wheel
                 for wheel, meta in candidates
                 if meta.get("python") == python.version
                 and all(meta.get(key) == value for key, value in wanted.items())
+                and (against is None or (meta.get("built_against") or {}).get("sha256") == against)
                 and f"{quote(wheel.name)}#sha256={meta.get('wheel_sha256')}" in listed
                 and _fsutil.sha256_file(wheel) == meta.get("wheel_sha256")
             ),

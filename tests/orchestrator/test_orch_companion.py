@@ -16,7 +16,8 @@ import pytest
 from intelmac_torch_builder.core import catalog, companion
 from intelmac_torch_builder.stages import verify
 from orch_companion import VERSION as TV_VERSION
-from orch_companion import metadata, serve_companion
+from orch_companion import add_companion, metadata, serve_companion
+from orch_fixture import sha256
 from orch_project import Project
 from test_orch_dryrun import INTEL, commands, dry_run, exports, fake_mac, section  # noqa: F401
 from test_orch_verify import macho
@@ -281,3 +282,73 @@ def test_intel_mac_plan_builds_torchvision_against_our_torch(
     only = dry_run(capsys, tmp_path / "w2", "--version", version, "--python", python,
                    "--torch-only", "--trust-on-first-use")  # fmt: skip
     assert "torchvision" not in only
+
+
+@pytest.mark.slow
+def test_a_rebuilt_torch_makes_the_companion_rebuild(project: Project) -> None:
+    tarball = serve_companion(project)
+    first = project.cli("all", "--builder", "setuptools")
+    assert first.code == 0, first.text
+    old = _only(project.wheels, "torchvision-*.whl").read_bytes()
+    # A new series for torch: torch is rebuilt, so torchvision must be built again against
+    # it, although its own source and series did not change.
+    project.rewrite_catalog(patches=project.patches[:1])
+    add_companion(project.catalog, project.server.url(tarball.name), sha256(tarball))
+    second = project.cli("all", "--builder", "setuptools")
+    assert second.code == 0, second.text
+    assert "Up to date" not in second.text
+    with zipfile.ZipFile(_only(project.wheels, "torchvision-*.whl")) as archive:
+        name = next(n for n in archive.namelist() if n.endswith("INTELMAC_BUILD.json"))
+        info = json.loads(archive.read(name))
+    torch_wheel = _only(project.wheels, "torch-*.whl")
+    assert info["built_against"]["sha256"] == hashlib.sha256(torch_wheel.read_bytes()).hexdigest()
+    assert _only(project.wheels, "torchvision-*.whl").read_bytes() != old
+
+
+def test_every_catalog_line_pairs_with_a_pinned_or_flagged_torchvision() -> None:
+    real = catalog.load()
+    pairs = {line.version: line.companion for line in real.lines}
+    assert {v: c.version for v, c in pairs.items() if c} == {
+        "2.6.0": "0.21.0", "2.9.1": "0.24.1", "2.14.1": "0.29.1", "2.15.0": "0.29.2",
+    }  # fmt: skip
+    for version, tv in pairs.items():
+        assert tv is not None and tv.pairs_with == version and tv.name == "torchvision"
+        assert tv.source.url == (
+            f"https://github.com/pytorch/vision/archive/refs/tags/v{tv.version}.tar.gz"
+        )
+        assert tv.pair_evidence
+        line = real.line(version)
+        assert tv.python == line.python
+        assert tv.macos_deployment_target == line.macos_deployment_target
+        # A pin says where it comes from; no pin means trust on first use, as for torch.
+        assert (tv.source.sha256 is None) == (tv.source.pin_origin == "not pinned yet")
+        assert tv.key == f"torchvision-{tv.version}"
+    # The pin the issue names for 0.21.0 (Spack, Termux, conda-forge).
+    assert pairs["2.6.0"].source.sha256 == (  # type: ignore[union-attr]
+        "0a4a967bbb7f9810f792cd0289a07fb98c8fb5d1303fae8b63e3a6b05d720058"
+    )
+
+
+def test_catalog_refuses_a_missing_companion_patch(tmp_path: Path) -> None:
+    import yaml
+    from intelmac_torch_builder.core.errors import CatalogError
+
+    document = yaml.safe_load(catalog.DEFAULT_CATALOG.read_text())
+    document["lines"][0]["companion"]["patches"] = ["torchvision/0001-missing.patch"]
+    with pytest.raises(CatalogError, match="companion.patches': torchvision/0001-missing.patch"):
+        catalog.parse(catalog.DEFAULT_CATALOG, document)
+    document["lines"][0]["companion"]["name"] = "torchaudio"
+    with pytest.raises(CatalogError, match="companion.name"):
+        catalog.parse(catalog.DEFAULT_CATALOG, document)
+
+
+def test_make_build_builds_both_unless_torch_only() -> None:
+    import subprocess
+
+    root = catalog.REPO_ROOT
+    both = subprocess.run(["make", "-n", "build"], cwd=root, capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+    alone = subprocess.run(["make", "-n", "build", "TORCH_ONLY=1"], cwd=root,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "intelmac_torch_builder all" in both and "--torch-only" not in both
+    assert "intelmac_torch_builder all --torch-only" in alone
