@@ -33,11 +33,12 @@ from urllib.parse import quote
 
 from ..stages import index as simple_index
 
-PROJECT = "torch"
+#: The projects a release carries: torch, and the torchvision built against it.
+PROJECTS = ("torch", "torchvision")
 #: The release tags ci/matrix.py accepts (kept in step with its LINE_TAG / ALL_TAG).
 TAG = re.compile(r"^(v\d+\.\d+\.\d+-[1-9]\d*|release-\d{8}(\.[1-9]\d*)?)$")
-#: A torch wheel file name: name-version[-build]-python-abi-platform.whl, no path parts.
-WHEEL = re.compile(r"^torch-(?P<version>[A-Za-z0-9.+!_]+)(-\d[A-Za-z0-9_.]*)?"
+#: A torch or torchvision wheel file name: name-version[-build]-python-abi-platform.whl.
+WHEEL = re.compile(r"^(?P<project>torch|torchvision)-(?P<version>[A-Za-z0-9.+!_]+)(-\d[A-Za-z0-9_.]*)?"
                    r"-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+\.whl$")
 SUMS_LINE = re.compile(r"^(?P<sha256>[0-9a-f]{64}) [ *](?P<name>\S+)$")
 
@@ -63,7 +64,9 @@ def read_sums(path: Path, tag: str) -> list[Entry]:
             raise IndexInputError(f"{path}:{number}: not a sha256sum line: {line!r}")
         name = match["name"]
         if not WHEEL.match(name):
-            raise IndexInputError(f"{path}:{number}: {name!r} is not a torch wheel file name")
+            raise IndexInputError(
+                f"{path}:{number}: {name!r} is not a torch or torchvision wheel file name"
+            )
         entries.append(Entry(filename=name, sha256=match["sha256"], tag=tag))
     return entries
 
@@ -105,22 +108,32 @@ def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        project = scratch / "simple" / PROJECT
-        project.mkdir(parents=True)
-        files = [
-            (f"{base}/{quote(entry.tag)}/{quote(entry.filename)}", entry.filename, entry.sha256)
-            for entry in entries
-        ]
-        (project / "index.html").write_text(simple_index.project_page(PROJECT, files))
-        (scratch / "simple" / "index.html").write_text(simple_index.root_page([PROJECT]))
-        versions = sorted({WHEEL.match(entry.filename)["version"] for entry in entries})  # type: ignore[index]
-        items = "".join(f"      <li><code>{html.escape(v)}</code></li>\n" for v in versions)
+        present = []
+        items = ""
+        for name in PROJECTS:
+            mine = [entry for entry in entries if WHEEL.match(entry.filename)["project"] == name]  # type: ignore[index]
+            if not mine:
+                continue
+            present.append(name)
+            project = scratch / "simple" / name
+            project.mkdir(parents=True)
+            files = [
+                (f"{base}/{quote(entry.tag)}/{quote(entry.filename)}", entry.filename, entry.sha256)
+                for entry in mine
+            ]
+            (project / "index.html").write_text(simple_index.project_page(name, files))
+            versions = sorted({WHEEL.match(entry.filename)["version"] for entry in mine})  # type: ignore[index]
+            items += "".join(
+                f"      <li><code>{name}=={html.escape(v)}</code></li>\n" for v in versions
+            )
+        (scratch / "simple" / "index.html").write_text(simple_index.root_page(present))
         (scratch / "index.html").write_text(simple_index.page(
             "Patched PyTorch wheels for Intel Macs",
             "    <h1>Patched PyTorch wheels for Intel Macs</h1>\n"
-            "    <p>A PEP 503 index: <a href=\"simple/\">simple/</a>. Install with "
-            "<code>pip install --index-url &lt;this site&gt;/simple --extra-index-url "
-            "https://pypi.org/simple torch==VERSION</code>.</p>\n"
+            "    <p>A PEP 503 index: <a href=\"simple/\">simple/</a>. Install a torch and its "
+            "torchvision, both pinned exactly, with <code>pip install --extra-index-url "
+            "&lt;this site&gt;/simple torch==VERSION torchvision==VERSION</code> (uv: "
+            "<code>uv pip install</code> with the same arguments).</p>\n"
             f"    <ul>\n{items}    </ul>\n"))
         if out.exists():
             shutil.rmtree(out)
@@ -178,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             entries = collect_entries(args.releases)
             write_site(entries, args.download_base, args.out)
-            print(f"wrote {args.out}/simple/{PROJECT}/index.html with {len(entries)} wheel(s)")
+            print(f"wrote {args.out}/simple/ with {len(entries)} wheel(s)")
     except IndexInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
