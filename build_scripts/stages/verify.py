@@ -363,21 +363,30 @@ def _contains(handle: IO[bytes], needles: list[bytes]) -> set[bytes]:
     return found
 
 
+def _missing_markers(
+    archive: zipfile.ZipFile, names: list[str], markers: tuple[str, ...]
+) -> list[str]:
+    """Which of ``markers`` none of the members ``names`` contains."""
+    needles = [marker.encode() for marker in markers]
+    found: set[bytes] = set()
+    for name in names:
+        with archive.open(name) as handle:
+            found |= _contains(handle, needles)
+    return [needle.decode() for needle in needles if needle not in found]
+
+
 def check_compiled_markers(archive: zipfile.ZipFile, markers: tuple[str, ...]) -> list[Finding]:
     """The compiled part of the series is in the native libraries (not just its sources)."""
     if not markers:
         return [Finding("compiled patch", True, "not a PyTorch build: nothing to look for")]
-    needles = [marker.encode() for marker in markers]
-    found: set[bytes] = set()
+    natives = []
     for info in archive.infolist():
         if info.is_dir() or info.file_size < 16:
             continue
         with archive.open(info) as handle:
-            if _binaries.kind(handle.read(8)) is None:
-                continue
-        with archive.open(info) as handle:
-            found |= _contains(handle, needles)
-    missing = [needle.decode() for needle in needles if needle not in found]
+            if _binaries.kind(handle.read(8)) is not None:
+                natives.append(info.filename)
+    missing = _missing_markers(archive, natives, markers)
     detail = (
         f"no native library contains {', '.join(missing)}: the patched MPSDevice.mm was not "
         "compiled in (a stale build tree?)"
@@ -429,12 +438,7 @@ def check_mps_kernels(archive: zipfile.ZipFile, markers: tuple[str, ...]) -> lis
     modules = _extension_modules(archive)
     if not modules:
         return [Finding("MPS kernels", False, f"no {companion.EXTENSION_PREFIX}*.so in the wheel")]
-    found: set[bytes] = set()
-    needles = [marker.encode() for marker in markers]
-    for name in modules:
-        with archive.open(name) as handle:
-            found |= _contains(handle, needles)
-    missing = [needle.decode() for needle in needles if needle not in found]
+    missing = _missing_markers(archive, modules, markers)
     detail = (
         f"{', '.join(modules)} lacks {', '.join(missing)}: the MPS sources were not compiled "
         "(build with FORCE_MPS=1)"

@@ -20,7 +20,7 @@ from orch_companion import add_companion, metadata, serve_companion
 from orch_fixture import sha256
 from orch_project import Project
 from test_orch_dryrun import INTEL, commands, dry_run, exports, fake_mac, section  # noqa: F401
-from test_orch_verify import macho
+from test_orch_verify import _wheel_with, macho
 
 TV_WHEEL_VERSION = f"{TV_VERSION}+intelmac"
 
@@ -144,11 +144,8 @@ def _expect(**changes: object) -> verify.Expectation:
 
 
 def _wheel(tmp_path: Path, members: dict[str, bytes]) -> zipfile.ZipFile:
-    path = tmp_path / "torchvision-0.21.0+intelmac-cp312-cp312-macosx_13_0_x86_64.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    return zipfile.ZipFile(path)
+    (tmp_path / "t.whl").unlink(missing_ok=True)
+    return _wheel_with(tmp_path, members)
 
 
 KERNELS = " ".join(companion.MPS_MARKERS).encode()
