@@ -349,3 +349,18 @@ def test_make_build_builds_both_unless_torch_only() -> None:
                            capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert "intelmac_torch_builder all" in both and "--torch-only" not in both
     assert "intelmac_torch_builder all --torch-only" in alone
+
+
+@pytest.mark.slow
+def test_an_unpinned_companion_needs_trust_on_first_use(project: Project) -> None:
+    tarball = serve_companion(project)
+    add_companion(project.catalog, project.server.url(tarball.name), None)
+    refused = project.cli("all", "--builder", "setuptools")
+    assert refused.code == 1
+    assert f"torchvision {TV_VERSION} has no sha256 pin" in refused.err
+    assert "--trust-on-first-use" in refused.err
+    trusted = project.cli("all", "--builder", "setuptools", "--trust-on-first-use")
+    assert trusted.code == 0, trusted.text
+    assert "TRUST ON FIRST USE" in trusted.err
+    lock = project.catalog.with_name("catalog.lock.yaml").read_text()
+    assert f"torchvision-{TV_VERSION}:" in lock and sha256(tarball) in lock
