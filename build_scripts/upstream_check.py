@@ -923,26 +923,30 @@ def scenario_env_spellings(sandbox: Sandbox) -> None:
 
 
 def scenario_env_invalid_warns_once(sandbox: Sandbox) -> None:
-    """An unknown value: exactly one warning naming variable, value and accepted values."""
-    records = sandbox.probe(
-        "mac-mini-2018", ["get", "is_available", "get", "reason"], {ALLOW_ENV: "maybe"}
-    )
-    _expect(_no_error(_only(records, "import")).error is None, "import failed")
-    values = [r.value for r in records if r.step == "get"]
-    _expect(
-        values == [False, False], f"an invalid value must leave the default (False), got {values}"
-    )
-    found = _all_warnings(records)
-    _expect(len(found) == 1, f"expected exactly one warning, got {found}")
-    text = found[0]
-    missing = [
-        part for part in (ALLOW_ENV, "maybe", *ACCEPTED_TRUE, *ACCEPTED_FALSE) if part not in text
-    ]
-    _expect(
-        not missing,
-        f"the warning must name the variable, the value and the accepted values; "
-        f"{missing} missing from {text!r}",
-    )
+    """An unknown value, blanks alone included: one warning naming variable, value and accepted values."""
+    for raw in ("maybe", "   "):
+        records = sandbox.probe(
+            "mac-mini-2018", ["get", "is_available", "get", "reason"], {ALLOW_ENV: raw}
+        )
+        _expect(_no_error(_only(records, "import")).error is None, "import failed")
+        values = [r.value for r in records if r.step == "get"]
+        _expect(
+            values == [False, False],
+            f"{raw!r}: an invalid value must leave the default (False), got {values}",
+        )
+        found = _all_warnings(records)
+        _expect(len(found) == 1, f"{raw!r}: expected exactly one warning, got {found}")
+        text = found[0]
+        missing = [
+            part
+            for part in (ALLOW_ENV, f"'{raw}'", *ACCEPTED_TRUE, *ACCEPTED_FALSE)
+            if part not in text
+        ]
+        _expect(
+            not missing,
+            f"the warning must name the variable, the value and the accepted values; "
+            f"{missing} missing from {text!r}",
+        )
 
 
 def scenario_opt_in_after_failed_scan(sandbox: Sandbox) -> None:

@@ -40,7 +40,11 @@ GUARD_OPEN = "#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)"
 #: Set by .ci/run: a line whose wheel is missing fails instead of being skipped.
 REQUIRE_ENV = "INTELMAC_REQUIRE_WHEELS"
 OBJCXX_SUFFIXES = (".mm",)
-NOT_IN_WHEELS = (".mm", ".cpp", ".cmake", ".txt")
+#: Upstream sources that no wheel contains and whose hooks call C++: checked for undeclared calls.
+HOOKED_SOURCES = (".mm", ".cpp")
+
+#: What each line's check did in this run, for the summary conftest.py prints.
+OUTCOMES: dict[str, str] = {}
 
 
 def wheel_root(line: str) -> Path:
@@ -141,13 +145,15 @@ def parse(lt: LineTree, source: Path) -> subprocess.CompletedProcess[str]:
 
 # --- the hooks' calls -------------------------------------------------------------------
 
-_CALL = re.compile(r"(?P<before>[\w>*&]*)\s*(?P<name>[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)\s*\(")
+_CALL = re.compile(r"(?P<name>[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)\s*\(")
+# `Type name(`, `Type<T> name(`, `Type* name(`, `Type& name(`: a declaration, not a call.
+_DECLARATION_BEFORE = re.compile(r"(?P<word>[A-Za-z_]\w*|>)\s*[*&]?\s*$")
 _NOT_CALLS = {
     "if", "for", "while", "switch", "return", "sizeof", "alignof", "decltype", "static_cast",
     "reinterpret_cast", "const_cast", "dynamic_cast", "defined", "catch", "TORCH_CHECK",
     "TORCH_WARN", "TORCH_INTERNAL_ASSERT", "TORCH_INTERNAL_ASSERT_DEBUG_ONLY",
 }
-_KEYWORDS_BEFORE_A_CALL = {"", "return", "else", "case", "throw", "new", "delete", "co_return"}
+_KEYWORDS_BEFORE_A_CALL = {"return", "else", "case", "throw", "new", "delete", "co_return", "and", "or", "not"}
 
 
 def _code(line: str) -> str:
@@ -162,13 +168,14 @@ def calls(code_lines: Sequence[str]) -> set[str]:
     for raw in code_lines:
         code = _code(raw)
         for match in _CALL.finditer(code):
-            start = match.start("name")
-            prefix = code[:start].rstrip()
-            if prefix.endswith((".", "->")) or prefix.endswith("]") and "[" in prefix:
+            prefix = code[: match.start("name")].rstrip()
+            if prefix.endswith((".", "->")) or (prefix.endswith("]") and "[" in prefix):
                 continue  # a member call or an Objective-C message
-            before = match["before"]
-            if before and before not in _KEYWORDS_BEFORE_A_CALL:
-                continue  # `Type name(`: a declaration or definition
+            if prefix.endswith("&&") or prefix.endswith("||"):
+                prefix = ""  # `a && f(`: an operator, so a call
+            declaration = _DECLARATION_BEFORE.search(prefix)
+            if declaration and declaration["word"] not in _KEYWORDS_BEFORE_A_CALL:
+                continue
             name = match["name"].split("::")[-1]
             if name not in _NOT_CALLS:
                 found.add(name)
@@ -176,14 +183,14 @@ def calls(code_lines: Sequence[str]) -> set[str]:
 
 
 def hook_lines(series: Sequence[Path]) -> dict[str, list[str]]:
-    """The added lines of every hunk on an upstream file that no wheel contains, by path."""
+    """The added lines of every hunk on an upstream .mm/.cpp file (no wheel has them), by path."""
     import unidiff
 
     out: dict[str, list[str]] = {}
     for patch in series:
         for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
             path = patched.path.removeprefix("b/")
-            if patched.is_added_file or not path.endswith(NOT_IN_WHEELS):
+            if patched.is_added_file or not path.endswith(HOOKED_SOURCES):
                 continue
             out.setdefault(path, []).extend(
                 line.value.rstrip("\n") for hunk in patched for line in hunk if line.is_added

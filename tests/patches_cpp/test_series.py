@@ -81,7 +81,7 @@ def _added(patch: Path, path: str) -> list[str]:
 
 
 HOOKS = "0005-mps-hooks-into-upstream.patch"
-MIN_MACOS = re.compile(r'^\+?#define INTELMAC_MPS_MIN_MACOS "([0-9.]+)"$', re.M)
+MIN_MACOS = re.compile(r'^\+?#define INTELMAC_MPS_MIN_MACOS "([0-9.]+)"$', re.MULTILINE)
 
 
 @pytest.mark.parametrize("path", ["aten/src/ATen/mps/MPSDevice.h"])
