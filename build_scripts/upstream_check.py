@@ -11,8 +11,8 @@ Two checks, in order:
 1. **Fidelity.** The line's series from the catalog is applied (in a scratch copy) with
    ``patching.check_upstream``. Every hunk whose file the tree has must apply. A wheel has
    no ``.mm``/``.cpp``/CMake files; those are reported as absent, not failed. Its headers
-   live under ``torch/include/`` and its ``torch/_C/__init__.pyi`` is generated from the
-   ``.pyi.in`` the series edits, keeping the hand-written part that the hunks touch.
+   live under ``torch/include/``; its ``torch/_C/__init__.pyi`` is generated from the
+   ``.pyi.in`` (should a series edit that), keeping the hand-written part verbatim.
 2. **The Python layer.** The line's own ``torch/backends/__init__.py`` and
    ``torch/backends/mps/__init__.py`` are copied into a sandbox, patched with the series'
    Python hunks and imported under a stand-in ``torch`` package. Only the C++ entry points
@@ -456,9 +456,9 @@ class Library:
         pass
 '''
 
-# torch._C: upstream's bindings that torch.backends.mps uses, plus the four new ones as
-# test doubles over the policy shim. Queued C++ warnings become Python UserWarnings after
-# each call, as torch's PyWarningHandler does for TORCH_WARN.
+# torch._C: upstream's bindings that torch.backends.mps uses; is_available() runs the first
+# scan over the policy shim. Its queued C++ warnings become Python UserWarnings, as torch's
+# PyWarningHandler does for TORCH_WARN in upstream's bindings.
 _STANDIN_C = r'''"""Stand-in torch._C over the policy shim (build_scripts/upstream_check.py)."""
 import ctypes
 import json
