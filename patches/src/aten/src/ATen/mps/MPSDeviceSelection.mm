@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-// MPSDevice.h defines it (patch 0005): the macOS that this line's MPSGraph
-// probe in the MPSDevice constructor stands for, for the reason given when the
-// probe fails.
+// MPSDevice.h defines it (patch 0005): the macOS that this line's MPS backend
+// needs, named in the reason when upstream's MPSGraph probe in the MPSDevice
+// constructor fails (lines that have that probe).
 #ifndef INTELMAC_MPS_MIN_MACOS
 #error "MPSDevice.h lacks the intelmac-torch hook of patch 0005 (INTELMAC_MPS_MIN_MACOS)"
 #endif
