@@ -96,12 +96,12 @@ def _row(name: str, group: str, dtype: str, dev_s: float, cpu_s: float | None, *
         "params": params,
         "flops": flops,
         "bytes": None,
-        "device": {"median_s": dev_s, "gflops": flops / dev_s / 1e9},
+        "device": {"median_s": dev_s, "q1_s": dev_s, "q3_s": dev_s, "gflops": flops / dev_s / 1e9},
         "percent_of_peak": None,
     }
     if cpu_s is not None:
         for base in ("cpu_1_thread", "cpu_all_threads"):
-            row[base] = {"median_s": cpu_s, "gflops": flops / cpu_s / 1e9}
+            row[base] = {"median_s": cpu_s, "q1_s": cpu_s, "q3_s": cpu_s, "gflops": flops / cpu_s / 1e9}
     return row
 
 

@@ -203,3 +203,26 @@ def test_abort_in_one_group_is_recorded_and_the_report_survives(tmp_path: Path) 
     ), report["unexpected"]
     md = (tmp_path / "regress.md").read_text()
     assert "group memory" in md and "SIGABRT" in md
+
+
+@pytest.mark.slow
+def test_kernel_fault_below_the_suite_is_caught(tmp_path: Path) -> None:
+    # The GPU validation plants faults in kernels (tests/regress/_faults.py). The copy fault
+    # also works on the CPU, where a copy_ into a slice from an odd host offset goes stale.
+    code, report, log = run_suite(
+        tmp_path,
+        "--no-parity",
+        "--no-training",
+        env={"INTELMAC_REGRESS_KERNEL_FAULT": "copy_h2d_odd_offset"},
+    )
+    assert code == 0, log  # caught, and nothing outside the memory group failed
+    st = report["self_test"]
+    assert st["caught"] is True and st["kernel_faults"] == ["copy_h2d_odd_offset"], st
+    # On the CPU the fault also reaches some references (both sides of a CPU copy_ are host
+    # memory), so which checks fail differs from a GPU's; some must.
+    failed = {m["name"] for m in report["memory"] if m["status"] == "fail"}
+    assert failed, report["memory"]
+    code, _, log = run_suite(
+        tmp_path / "bad", "--no-parity", env={"INTELMAC_REGRESS_KERNEL_FAULT": "nonsense"}
+    )
+    assert code == 2 and "unknown fault" in log, log
