@@ -264,7 +264,7 @@ def figure(report: dict[str, Any]) -> Any:
     else:
         ax3.text(0.5, 0.5, "no n / n + 1 matmul pair measured", ha="center", transform=ax3.transAxes)
     ax3.set_ylabel("GFLOPS (linear)")
-    ax3.set_title("aligned n against unaligned n + 1 (float32 matmul on the device)")
+    ax3.set_title("aligned n against unaligned n + 1 (float32 matmul)")
     fig.tight_layout()
     return fig
 
