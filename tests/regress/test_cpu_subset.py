@@ -68,7 +68,7 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_self_test_fault_is_reported_as_failure(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--self-test", "--no-training", "--ops", "add", "mul"
+        tmp_path, "--quick", "--self-test", "--no-training", "--no-memory", "--ops", "add", "mul"
     )
     assert code == 0, log  # caught, nothing else failed (issue 12: not the 1 of a real failure)
     assert report["self_test"]["planted_op"] == "add"
@@ -88,7 +88,10 @@ def test_env_fault_and_known_failures(tmp_path: Path) -> None:
         "    - {id: planted, ops: [mm], dtypes: [float32], checks: [forward, grad], issue: 1, reason: test}\n"
         "    - {id: fixed, ops: [add], dtypes: [float32], checks: [forward], issue: 2, reason: test}\n"
     )
-    common = ("--quick", "--no-training", "--dtypes", "float32", "--known-failures", str(known))
+    common = (
+        "--quick", "--no-training", "--no-memory", "--dtypes", "float32",
+        "--known-failures", str(known),
+    )
     # The environment plants the fault in another op (mm). The known-failures file lists mm, so
     # the failure is expected (xfail), and the listed-but-passing add is an unexpected pass.
     # A planted fault hidden that way means the self-test did not catch it: exit 3.
