@@ -228,8 +228,15 @@ def console_summary(
 ) -> str:
     summ = report["summary"]
     out = [
-        f"regress: {summ['ops_checked']} ops; "
+        f"regress: {summ['ops_checked']} ops checked, {summ['ops_passing_on_device']} passing; "
         + ", ".join(f"{k} {v}" for k, v in sorted(summ["counts"].items()))
+        + "; memory checks: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ["memory_counts"].items())) or "none")
+    ]
+    out += [
+        f"  group {name}: {g['detail']}"
+        for name, g in report.get("groups", {}).items()
+        if g["status"] == "error"
     ]
     for r in unexpected:
         out.append(
