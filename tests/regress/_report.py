@@ -23,6 +23,20 @@ def report_title(dev: dict[str, Any]) -> str:
     return f"# Regression report: {dev['name']} (`{dev['type']}`, {_TITLE.get(dev['type'], dev['type'])})"
 
 
+def _verdict(report: dict[str, Any]) -> str:
+    ok = report["summary"]["exit_code"] == 0
+    if report.get("self_test"):
+        # With a planted fault, failures are the point: say what the exit code means.
+        caught = report["self_test"]["caught"]
+        return (
+            "SELF-TEST PASS, planted fault caught"
+            if ok
+            else "SELF-TEST FAIL, "
+            + ("planted fault NOT caught" if not caught else "other failures too")
+        )
+    return "PASS" if ok else "FAIL"
+
+
 def _err(r: dict[str, Any] | None) -> str:
     if not r or r.get("max_rel_err") is None:
         return ""
@@ -55,7 +69,7 @@ def markdown(
         + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in report["dtype_support"].items()),
         "",
         (
-            f"**Result: {'PASS' if summ['exit_code'] == 0 else 'FAIL'}** (exit {summ['exit_code']}): "
+            f"**Result: {_verdict(report)}** (exit {summ['exit_code']}): "
             f"{summ['unexpected_failures']} unexpected failure(s), "
             f"{summ['unexpected_passes']} unexpected pass(es); "
             f"{summ['ops_checked']} ops checked, "

@@ -162,6 +162,7 @@ def test_memory_group_is_recorded_and_its_fault_caught(faulty_run: Any) -> None:
     assert st["caught"] is True and any(c.startswith("memory/") for c in st["caught_in"]), st
     assert code == 0, log  # both faults caught, nothing else failed
     assert "## Memory paths" in md
+    assert "**Result: SELF-TEST PASS, planted fault caught** (exit 0)" in md
     assert report["groups"]["memory"]["status"] == "ok"
 
 
