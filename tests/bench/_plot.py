@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -191,11 +192,13 @@ def figure(report: dict[str, Any]) -> Any:
     ax1.set_title(f"{report['device']['name']}: speedup per kernel")
     ax1.legend(fontsize=8, loc="lower right")
     alone = device_only(report)
-    if alone:
+    if alone and not shown:
+        ax1.text(0.5, 0.5, "no CPU baseline measured (--no-cpu)", ha="center", transform=ax1.transAxes)
+    elif alone:
         ax1.text(
             0.01,
             -0.09,
-            "not shown (no CPU baseline, device only): " + ", ".join(alone),
+            textwrap.fill("not shown (no CPU baseline, device only): " + ", ".join(alone), 90),
             transform=ax1.transAxes,
             fontsize=8,
             va="top",
