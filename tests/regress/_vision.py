@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -64,7 +64,9 @@ def _moved(values: tuple[torch.Tensor, ...], device: str) -> tuple[torch.Tensor,
     return tuple(value.to(device) for value in values)
 
 
-def run_op(device: str, name: str, fault: _parity.PlantedFault | None) -> list[_parity.Result]:
+def run_op(
+    device: str, name: str, faults: Sequence[_parity.PlantedFault]
+) -> list[_parity.Result]:
     qualified = f"torchvision.ops.{name}"
     function = _op(name)
     checks = ["forward", "grad"] if name in WITH_BACKWARD else ["forward"]
@@ -79,8 +81,9 @@ def run_op(device: str, name: str, fault: _parity.PlantedFault | None) -> list[_
             want = function(cpu_x, *inputs[1:])
             dev_x = inputs[0].to(device).requires_grad_(name in WITH_BACKWARD)
             got = function(dev_x, *_moved(inputs[1:], device))
-            if fault is not None and fault.op == qualified:
-                got = fault.apply(got, seed)
+            for fault in faults:
+                if fault.targets(qualified):
+                    got = fault.apply(got, seed)
         except Exception as exc:  # the device cannot run it: report, as OpInfo ops are
             for check in checks:
                 status[check], detail[check] = "error", f"sample {seed}: {type(exc).__name__}: {exc}"
@@ -108,11 +111,11 @@ def run_op(device: str, name: str, fault: _parity.PlantedFault | None) -> list[_
     ]
 
 
-def run(device: str, fault: _parity.PlantedFault | None) -> list[_parity.Result]:
+def run(device: str, faults: Sequence[_parity.PlantedFault]) -> list[_parity.Result]:
     """Every op's rows; none (and a line saying why) when torchvision is not installed."""
     reason = skip_reason()
     if reason is not None:
         print(f"regress: torchvision's MPS ops not checked: {reason}", flush=True)
         return []
     print(f"regress: torchvision's MPS ops: {', '.join(OPS)}", flush=True)
-    return [result for name in OPS for result in run_op(device, name, fault)]
+    return [result for name in OPS for result in run_op(device, name, faults)]
