@@ -33,7 +33,7 @@ def suite(out: Path, site: Path | None, fault: str = "") -> tuple[int, dict[str,
     done = subprocess.run(
         [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(out),
          "--ops", "abs", "--dtypes", "float32", "--samples", "1", "--no-training",
-         "--no-patched"],
+         "--no-patched", "--no-memory"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     report = json.loads((out / "regress.json").read_text())
@@ -58,7 +58,7 @@ def test_torchvision_ops_are_compared_and_a_planted_fault_is_caught(tmp_path: Pa
     assert "torchvision.ops.roi_align" in markdown
 
     code, report, text = suite(tmp_path / "fault", site, fault="torchvision.ops.roi_align")
-    assert code == 1, text
+    assert code == 0, text  # a planted fault that is caught: the suite works (3 if missed)
     found = rows(report)
     assert found[("torchvision.ops.roi_align", "forward")]["status"] == "fail"
     assert found[("torchvision.ops.nms", "forward")]["status"] == "pass"
