@@ -43,6 +43,14 @@ class Source:
 
 
 @dataclass(frozen=True)
+class ToolchainSpec:
+    """The line's pinned build toolchain: the pin file and what it must pin."""
+
+    pins: Path  # absolute
+    requires: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ReleaseLine:
     version: str
     source: Source
@@ -51,6 +59,8 @@ class ReleaseLine:
     macos_deployment_target: str
     mps_min_macos: str
     build_env: Mapping[str, str]
+    toolchain: ToolchainSpec
+    macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
 
     @property
     def series_fingerprint(self) -> str:
@@ -132,6 +142,12 @@ def parse(path: Path, document: Any) -> Catalog:
             if not patch.is_file():
                 raise CatalogError(f"{where}, field 'patches': {name} does not exist in {path.parent}")
         python = tuple(sorted(raw["python"], key=Version))
+        pins = path.parent / raw["toolchain"]["pins"]
+        if not pins.is_file():
+            raise CatalogError(
+                f"{where}, field 'toolchain.pins': {raw['toolchain']['pins']} does not exist "
+                f"in {path.parent}"
+            )
         lines.append(
             ReleaseLine(
                 version=raw["version"],
@@ -141,6 +157,9 @@ def parse(path: Path, document: Any) -> Catalog:
                 macos_deployment_target=raw["macos_deployment_target"],
                 mps_min_macos=raw["mps_min_macos"],
                 build_env=dict(raw["build_env"]),
+                toolchain=ToolchainSpec(pins, tuple(raw["toolchain"]["requires"])),
+                # MPS needs at least the SDK of the macOS it runs on.
+                macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
             )
         )
     catalog = Catalog(
