@@ -4,7 +4,7 @@
 
 A target whose verified wheels are already in the index with matching build information
 returns at once, before any lock, download or hashing of the source. On a host that cannot
-compile, the run fetches and patches, then stops with exit code 2 and says what is left.
+compile, the run fetches and patches, then stops with exit code 3 and says what is left.
 """
 
 from __future__ import annotations

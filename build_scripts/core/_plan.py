@@ -12,8 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core._log import format_command
-
 
 @dataclass(frozen=True)
 class Step:
@@ -21,14 +19,33 @@ class Step:
     argv: tuple[str, ...] = ()  # empty: done inside the orchestrator, ``title`` says what
     cwd: Path | None = None
     log_name: str | None = None  # the log file (under logs/) a command's output goes to
+    path_prepend: Path | None = None  # a folder put first on PATH for this command
     action: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     def render(self) -> list[str]:
         lines = [f"# {self.title}"]
         if self.argv:
-            command = format_command(self.argv)
-            lines.append(f"(cd {self.cwd} && {command})" if self.cwd else command)
+            command = " ".join(_shell_word(str(part)) for part in self.argv)
+            if self.path_prepend is not None:
+                command = f'PATH={_shell_word(str(self.path_prepend))}:"$PATH" {command}'
+            lines.append(f"(cd {_shell_word(str(self.cwd))} && {command})" if self.cwd else command)
         return lines
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` with this step's PATH change."""
+        env = dict(base)
+        if self.path_prepend is not None:
+            env["PATH"] = os.pathsep.join(
+                part for part in (str(self.path_prepend), env.get("PATH", "")) if part
+            )
+        return env
+
+
+def _shell_word(word: str) -> str:
+    """``word`` quoted for a shell, except that a ``*`` in it stays a glob the shell expands."""
+    if "*" not in word:
+        return shlex.quote(word)
+    return "*".join(shlex.quote(piece) if piece else "" for piece in word.split("*"))
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,18 @@ class ReleaseLine:
     macos_deployment_target: str
     mps_min_macos: str
     build_env: Mapping[str, str]
-    toolchain: ToolchainSpec
+    toolchain: ToolchainSpec | None  # None: no pinned toolchain (only fixtures lack one)
     macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
+
+    @property
+    def pins(self) -> Path:
+        """The pinned toolchain file; an error for a line without one."""
+        if self.toolchain is None:
+            raise CatalogError(
+                f"PyTorch {self.version} has no pinned build toolchain: add 'toolchain' (pins "
+                "and requires) to its catalog entry."
+            )
+        return self.toolchain.pins
 
     @property
     def series_fingerprint(self) -> str:
@@ -142,12 +152,15 @@ def parse(path: Path, document: Any) -> Catalog:
             if not patch.is_file():
                 raise CatalogError(f"{where}, field 'patches': {name} does not exist in {path.parent}")
         python = tuple(sorted(raw["python"], key=Version))
-        pins = path.parent / raw["toolchain"]["pins"]
-        if not pins.is_file():
-            raise CatalogError(
-                f"{where}, field 'toolchain.pins': {raw['toolchain']['pins']} does not exist "
-                f"in {path.parent}"
-            )
+        spec = None
+        if "toolchain" in raw:
+            pins = path.parent / raw["toolchain"]["pins"]
+            if not pins.is_file():
+                raise CatalogError(
+                    f"{where}, field 'toolchain.pins': {raw['toolchain']['pins']} does not "
+                    f"exist in {path.parent}"
+                )
+            spec = ToolchainSpec(pins, tuple(raw["toolchain"]["requires"]))
         lines.append(
             ReleaseLine(
                 version=raw["version"],
@@ -157,7 +170,7 @@ def parse(path: Path, document: Any) -> Catalog:
                 macos_deployment_target=raw["macos_deployment_target"],
                 mps_min_macos=raw["mps_min_macos"],
                 build_env=dict(raw["build_env"]),
-                toolchain=ToolchainSpec(pins, tuple(raw["toolchain"]["requires"])),
+                toolchain=spec,
                 # MPS needs at least the SDK of the macOS it runs on.
                 macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
             )

@@ -22,6 +22,7 @@ and checks them against the registry (``.ci/run``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
@@ -117,7 +118,7 @@ class Toolchain:
 
 def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
     """(first line number, text) per logical line, with backslash continuations joined."""
-    start, parts = 0, []
+    start, parts = 0, list[str]()
     for number, raw in enumerate(text.splitlines(), 1):
         if not parts:
             start = number
@@ -138,11 +139,7 @@ def parse(path: Path, text: str) -> Toolchain:
 
     def flush() -> None:
         if pins and pending_files:
-            last = pins[-1]
-            pins[-1] = Pin(
-                last.name, last.requirement, last.version, last.marker, last.hashes,
-                last.files + tuple(pending_files), last.line,
-            )  # fmt: skip
+            pins[-1] = dataclasses.replace(pins[-1], files=pins[-1].files + tuple(pending_files))
         pending_files.clear()
 
     for number, line in _logical_lines(text):
@@ -177,7 +174,8 @@ def parse(path: Path, text: str) -> Toolchain:
         specifiers = list(requirement.specifier)
         exact = (
             specifiers[0].version
-            if len(specifiers) == 1 and specifiers[0].operator in ("==", "===")
+            if len(specifiers) == 1
+            and specifiers[0].operator in ("==", "===")
             and "*" not in specifiers[0].version
             else None
         )
@@ -249,7 +247,9 @@ def problems(toolchain: Toolchain, requires: Sequence[str], pythons: Sequence[st
     for python in pythons:
         tag = python_tag(python)
         for name in (canonicalize_name(name) for name in requires):
-            matching = [pin for pin in toolchain.pins if pin.name == name and pin.applies_to(python)]
+            matching = [
+                pin for pin in toolchain.pins if pin.name == name and pin.applies_to(python)
+            ]
             if not matching:
                 found.append(f"{where}: {name} is not pinned for Python {python}")
                 continue

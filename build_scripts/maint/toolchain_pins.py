@@ -20,6 +20,7 @@ files on their own (``core/toolchain.problems``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -56,6 +57,10 @@ class Picked:
     version: str
     filename: str
     sha256: str
+
+
+def requires(line: ReleaseLine) -> tuple[str, ...]:
+    return line.toolchain.requires if line.toolchain else toolchain.BASE_REQUIRES
 
 
 def pip_picks(
@@ -98,7 +103,11 @@ def _jobs(
     line: ReleaseLine, chain: toolchain.Toolchain, platforms: Sequence[str]
 ) -> list[tuple[str, str, list[str]]]:
     return [
-        (python, platform, [pin.requirement.split(";")[0].strip() for pin in chain.for_python(python)])
+        (
+            python,
+            platform,
+            [pin.requirement.split(";")[0].strip() for pin in chain.for_python(python)],
+        )
         for python in line.python
         for platform in platforms
     ]
@@ -117,31 +126,33 @@ def _gather(
 
 
 def refresh(line: ReleaseLine) -> Path:
-    chain = toolchain.load(line.toolchain.pins)
+    chain = toolchain.load(line.pins)
     files: dict[int, set[toolchain.PinnedFile]] = {index: set() for index in range(len(chain.pins))}
     for python, _platform, picks in _gather(line, chain, with_deps=False):
         for pick in picks:
             for index, pin in enumerate(chain.pins):
                 if pin.name == pick.name and pin.applies_to(python):
                     files[index].add(
-                        toolchain.PinnedFile(toolchain.python_tag(python), pick.filename, pick.sha256)
+                        toolchain.PinnedFile(
+                            toolchain.python_tag(python), pick.filename, pick.sha256
+                        )
                     )
     pins = [
-        toolchain.Pin(
-            pin.name, pin.requirement, pin.version, pin.marker,
-            tuple(sorted({item.sha256 for item in files[index]})),
-            tuple(sorted(files[index], key=lambda f: (f.python_tag, f.filename))), pin.line,
-        )  # fmt: skip
+        dataclasses.replace(
+            pin,
+            hashes=tuple(sorted({item.sha256 for item in files[index]})),
+            files=tuple(sorted(files[index], key=lambda f: (f.python_tag, f.filename))),
+        )
         for index, pin in enumerate(chain.pins)
     ]
-    line.toolchain.pins.write_text(toolchain.render(chain.header, pins), encoding="utf-8")
-    return line.toolchain.pins
+    line.pins.write_text(toolchain.render(chain.header, pins), encoding="utf-8")
+    return line.pins
 
 
 def check(line: ReleaseLine) -> list[str]:
-    chain = toolchain.load(line.toolchain.pins)
+    chain = toolchain.load(line.pins)
     where = chain.path.name
-    found = toolchain.problems(chain, line.toolchain.requires, line.python)
+    found = toolchain.problems(chain, requires(line), line.python)
     for python, platform, picks in _gather(line, chain, with_deps=True):
         pinned = {pin.name: pin for pin in chain.for_python(python)}
         for pick in picks:
@@ -180,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in problems:
             print(f"{line.version}: {problem}", file=sys.stderr)
         if not problems:
-            print(f"{line.version}: {line.toolchain.pins.name} matches the registry for "
+            print(f"{line.version}: {line.pins.name} matches the registry for "
                   f"Python {', '.join(line.python)} on {', '.join(CHECK_PLATFORMS)}")  # fmt: skip
         failed = failed or bool(problems)
     return 1 if failed else 0

@@ -3,7 +3,7 @@
 Two builders:
 
 - ``pytorch-macos`` (default): PyTorch's own CMake build with MPS on, for macOS x86_64
-  (``macos.py`` holds the plan). On any other OS it stops with exit code 2, saying what is
+  (``macos.py`` holds the plan). On any other OS it stops with exit code 3 ("needs a Mac"), saying what is
   done and what to run on a Mac.
 - ``setuptools``: a generic ``pip wheel`` of a small ``setup.py`` tree that is *not*
   PyTorch, with the same version variables. The test suite's fixture upstream goes through
@@ -20,7 +20,7 @@ import functools
 import shutil
 from typing import Any
 
-from ..core import _fsutil, _stage, buildinfo
+from ..core import _fsutil, _stage, buildinfo, toolchain
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
@@ -28,6 +28,7 @@ from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget
 from ..platforms import macos
+from ..stages import patch as patch_stage
 from ..stages.patch import read_marker
 from ..stages.source import SourceRecord
 
@@ -69,9 +70,45 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
             libomp=options.libomp_prefix(host.libomp_prefix),
             launcher=host.ccache or host.sccache,
         ),
+        "build_requirements": _build_requirements(options, python),
         "built_at": buildinfo.now(),
     }
     _fsutil.write_json_atomic(layout.dist(python) / BUILT, record)
+
+
+def _build_requirements(options: Options, python: PythonTarget) -> dict[str, Any] | None:
+    """The pinned toolchain the wheel was built with (None: the generic builder pins none)."""
+    if options.builder != "pytorch-macos":
+        return None
+    chain = toolchain.load(options.line.pins)
+    return {
+        "pins": chain.path.relative_to(options.catalog.path.parent).as_posix(),
+        "pins_sha256": chain.sha256,
+        "versions": chain.versions(python.version),
+    }
+
+
+def current_tree(options: Options, log: Log) -> None:
+    """Patch the tree again when the catalog's series changed since it was patched.
+
+    Without this, ``build`` alone would compile the old series, and only ``verify``, after
+    hours of compiling, would notice.
+    """
+    tree = options.layout.patched_tree
+    marker = read_marker(tree)
+    wanted = options.line.series_fingerprint
+    if marker is None:
+        raise BuildError(
+            f"{tree} is not a patched tree (no {patch_stage.MARKER}): run the patch stage first "
+            f"(python -m intelmac_torch_builder patch --version {options.line.version})."
+        )
+    found = str(marker.get("series_fingerprint"))
+    if found != wanted:
+        log.warning(
+            f"{tree} carries series {found[:12]}, but the catalog's series is now {wanted[:12]}: "
+            "patching it again before compiling"
+        )
+        patch_stage.patch(options, log)
 
 
 def _generic_steps(options: Options, index: int) -> list[Step]:
@@ -121,10 +158,10 @@ def plan(options: Options, host: Host) -> Section:
             )
         )
     if options.builder == "pytorch-macos":
-        notes = macos.notes(options, host)
+        notes = macos.notes(options, host) + macos.toolchain_notes(options)
         if not host.is_macos:
             notes.append(
-                f"this host is {host.system}: a real run stops before this stage with exit code 2"
+                f"this host is {host.system}: a real run stops before this stage with exit code 3 (needs a Mac)"
             )
         env = macos.build_env(options, host)
     else:
@@ -178,9 +215,10 @@ def _preflight_generic(options: Options) -> None:
 
 def build(options: Options, log: Log, host: Host | None = None) -> None:
     host = host or host_mod.probe()
+    if options.builder == "pytorch-macos" and not host.is_macos:
+        raise UnsupportedHostError(unsupported_host_message(options, host))
+    current_tree(options, log)
     if options.builder == "pytorch-macos":
-        if not host.is_macos:
-            raise UnsupportedHostError(unsupported_host_message(options, host))
         macos.preflight(options, host)
     else:
         _preflight_generic(options)
@@ -199,7 +237,7 @@ def build(options: Options, log: Log, host: Host | None = None) -> None:
                 step.argv,
                 label=step.title,
                 log_file=options.layout.logs / (step.log_name or "build.log"),
-                env=env,
+                env=step.environment(env),
                 cwd=step.cwd,
             )
         elif step.action is not None:
