@@ -49,23 +49,44 @@ def _shell_word(word: str) -> str:
 
 
 @dataclass(frozen=True)
+class Computed:
+    expression: str  # shell text that computes the value on the machine the plan is pasted on
+    note: str
+
+
+@dataclass(frozen=True)
 class Section:
     stage: str
     notes: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)  # set on top of the inherited environment
     steps: tuple[Step, ...] = ()
+    #: Values that depend on the machine: how the plan computes them where it is pasted (a
+    #: shell expression), and a note saying so. A real run uses ``env``, probed on its host.
+    computed: Mapping[str, Computed] = field(default_factory=dict)
 
     def render(self) -> list[str]:
         lines = [f"## {self.stage}"]
         lines += [f"# {note}" for note in self.notes]
-        lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(self.env.items())]
+        for key, value in sorted(self.env.items()):
+            if key in self.computed:
+                how = self.computed[key]
+                lines.append(f"export {key}={how.expression}  # {how.note}")
+            else:
+                lines.append(f"export {key}={shlex.quote(value)}")
         for step in self.steps:
             lines += step.render()
         return lines
 
 
+#: The plan's first line. zsh, macOS's login shell, treats a pasted "# ..." line as a command
+#: unless interactive comments are on.
+PASTE_NOTE = (
+    "# Paste into bash, or into zsh after `setopt interactive_comments`; every command runs as shown."
+)
+
+
 def render(sections: Sequence[Section]) -> str:
-    out: list[str] = []
+    out: list[str] = [PASTE_NOTE, ""]
     for section in sections:
         out += section.render() + [""]
     return "\n".join(out)

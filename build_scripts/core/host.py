@@ -101,6 +101,13 @@ def probe() -> Host:
     )
 
 
+#: max_jobs as the shell computes it on a Mac (sysctl), for a plan pasted there.
+MAX_JOBS_SHELL = (
+    "$(( $(sysctl -n hw.ncpu) < $(sysctl -n hw.memsize) / 2147483648"
+    " ? $(sysctl -n hw.ncpu) : $(sysctl -n hw.memsize) / 2147483648 ))"
+)
+
+
 def max_jobs(host: Host) -> int:
     """Parallel compile jobs: one per core, but at most one per 2 GiB of memory.
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ from packaging.version import Version
 from ..core import host as host_mod
 from ..core import preflight as preflight_mod
 from ..core import toolchain
-from ..core._plan import Step
+from ..core._plan import Computed, Step
 from ..core.errors import BuildError
-from ..core.host import Host, max_jobs
+from ..core.host import MAX_JOBS_SHELL, Host, max_jobs
 from ..core.options import Options, PythonTarget
 
 #: From 2.9 upstream documents pip (not setup.py commands) as the way to build; older
@@ -75,6 +76,25 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
     env["_PYTHON_HOST_PLATFORM"] = f"macosx-{line.macos_deployment_target}-x86_64"
     env.update(line.build_env)  # the catalog has the last word
     return env
+
+
+def computed_env(options: Options, host: Host) -> dict[str, Computed]:
+    """How the plan shows the variables that depend on the Mac it runs on."""
+    out = {
+        "MAX_JOBS": Computed(
+            MAX_JOBS_SHELL,
+            "sized at build time from the Mac's cores and memory: one job per core, at most "
+            f"one per 2 GiB (here: {max_jobs(host)} on {host.description})",
+        )
+    }
+    env = build_env(options, host)
+    found_here = f"found on the machine that planned ({host.description}); set it to yours"
+    for key in ("OpenMP_ROOT", "CMAKE_PREFIX_PATH", "CPATH", "CMAKE_C_COMPILER_LAUNCHER",
+                "CMAKE_CXX_COMPILER_LAUNCHER"):  # fmt: skip
+        if key in env and key not in options.line.build_env:
+            given = options.libomp is not None and "COMPILER_LAUNCHER" not in key
+            out[key] = Computed(shlex.quote(env[key]), "from --libomp" if given else found_here)
+    return out
 
 
 def venv_python(options: Options, python: PythonTarget) -> Path:

@@ -20,7 +20,7 @@ import functools
 import shutil
 from typing import Any
 
-from ..core import _fsutil, _stage, buildinfo, toolchain
+from ..core import _fsutil, _stage, buildinfo, preflight, toolchain
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
@@ -168,8 +168,13 @@ def plan(options: Options, host: Host) -> Section:
         notes = ["generic setuptools builder: for small setup.py trees that are not PyTorch"]
         env = {"PYTORCH_BUILD_VERSION": options.wheel_version, "PYTORCH_BUILD_NUMBER": "0"}
     notes.append(f"full logs: {layout.logs}/build-<python tag>.log")
+    computed = macos.computed_env(options, host) if options.builder == "pytorch-macos" else {}
     return Section(
-        f"build: {options.wheel_version} in {layout.patched_tree}", tuple(notes), env, tuple(steps)
+        f"build: {options.wheel_version} in {layout.patched_tree}",
+        tuple(notes),
+        env,
+        tuple(steps),
+        computed,
     )
 
 
@@ -193,7 +198,9 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         f"against Apple's Metal frameworks, which ship only with Xcode. This host is {host.description}.\n"
         + done
         + "To finish, on an Intel Mac (native x86_64; an Apple-silicon Mac can cross-build, best "
-        "effort) with Xcode's command line tools and `brew install libomp ccache`:\n"
+        f"effort) with Xcode {preflight.xcode_for_sdk(options.line.macos_sdk_min)} or later, a "
+        f"libomp built for macOS {options.line.macos_deployment_target} or older (`--libomp`) "
+        "and ccache:\n"
         "  git clone <this repository> && cd <it>\n"
         f"  make build VERSION={options.line.version} PYTHON='{pythons}'\n"
         "See every command and variable it will use first with:\n"
