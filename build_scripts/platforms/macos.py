@@ -320,7 +320,9 @@ def notes(options: Options, host: Host) -> list[str]:
         out.append("native x86_64 build")
     if options.libomp_prefix(host.libomp_prefix) is None:
         out.append(
-            "libomp NOT FOUND: install it with `brew install libomp` (x86_64 Homebrew in /usr/local)"
+            f"libomp NOT FOUND: pass one built for macOS {options.line.macos_deployment_target} "
+            "or older with --libomp PREFIX (conda-forge's llvm-openmp for osx-64), or "
+            "`brew install libomp` (x86_64 Homebrew in /usr/local) when this Mac runs that macOS"
         )
     if not (host.ccache or host.sccache):
         out.append("no ccache or sccache found: rebuilds start from scratch")

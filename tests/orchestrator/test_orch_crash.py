@@ -38,20 +38,9 @@ sys.exit(cli.main(argv))
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 
 
-def _argv(project: Project, command: str) -> list[str]:
-    return [
-        command,
-        "--catalog", str(project.catalog),
-        "--work-dir", str(project.work),
-        "--cache-dir", str(project.cache),
-        "--wheels-dir", str(project.wheels),
-        "--backoff", "0",
-    ]  # fmt: skip
-
-
 def _killed(project: Project, where: str, command: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", KILLER, where, *_argv(project, command)],
+        [sys.executable, "-c", KILLER, where, *project.argv(command)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -29,16 +29,8 @@ def make_build(project: Project, *build_args: str, sha256: str = "") -> subproce
     venv = project.root / "venv"
     venv.mkdir(exist_ok=True)
     (venv / ".stamp").touch()
-    args = " ".join(
-        [
-            f"--catalog {project.catalog}",
-            f"--work-dir {project.work}",
-            f"--cache-dir {project.cache}",
-            f"--wheels-dir {project.wheels}",
-            "--backoff 0",
-            *build_args,
-        ]
-    )
+    # Everything after `all` (the folders and the fixture catalog) goes through BUILD_ARGS.
+    args = " ".join(project.argv("all", *build_args)[1:])
     argv = [
         str(MAKE), "-s", "-C", str(REPO), "build", f"VENV={venv}", f"PY={sys.executable}",
         f"VERSION={project.version}", f"BUILD_ARGS={args}",
@@ -73,7 +65,7 @@ def test_an_error_exits_2(project: Project) -> None:
 
 
 def test_built_wheels_exit_0(project: Project) -> None:
-    result = make_build(project, "--builder setuptools")
+    result = make_build(project, "--builder", "setuptools")
     assert result.returncode == 0, result.stderr
     assert outcome(project) == {"outcome": "built", "exit_code": 0}
     assert len(list(project.wheels.glob("*.whl"))) == 1
