@@ -7,6 +7,7 @@ the series grows); everything else is: commands, variables, folders.
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import shutil
 import subprocess
@@ -398,3 +399,19 @@ def test_the_plan_runs_when_pasted(
     assert paste(compile_line) == [f"cwd={root}/patched", f"cmake={venv_bin}/cmake"]
     delocate = commands(section(out, "repair"))[0]
     assert paste(delocate)[-1] == str(wheel)  # the glob expanded to the built wheel
+
+
+def test_build_information_records_the_pinned_toolchain(fake_mac: Path) -> None:
+    from intelmac_torch_builder.core.options import resolve
+    from intelmac_torch_builder.stages import build as build_stage
+    from intelmac_torch_builder.stages import repair
+
+    args = cli.make_parser().parse_args(["build", "--version", "2.6.0", "--python", "3.12"])
+    options = resolve(args)
+    record = build_stage._build_requirements(options, options.pythons[0])
+    assert record is not None
+    assert record["pins"] == "toolchain/2.6.0.txt"
+    assert record["pins_sha256"] == hashlib.sha256(pins("2.6.0").read_bytes()).hexdigest()
+    assert record["versions"]["cmake"] == "3.31.4" and record["versions"]["numpy"] == "2.0.2"
+    info = repair.build_info(options, {"builder": "pytorch-macos", "build_requirements": record}, "n")
+    assert info["build_requirements"] == record
