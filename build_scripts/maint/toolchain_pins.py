@@ -2,6 +2,7 @@
 
     python -m intelmac_torch_builder.maint.toolchain_pins refresh [--line 2.6.0]
     python -m intelmac_torch_builder.maint.toolchain_pins check   [--line 2.6.0]
+    python -m intelmac_torch_builder.maint.toolchain_pins imports --line 2.6.0 --tree SRC
 
 Both ask pip which file it would install on an Intel Mac for each Python of the line and
 each macOS an Intel Mac may run (``pip install --dry-run --report`` with ``--platform`` and
@@ -13,19 +14,23 @@ interpreter it runs on, not for ``--python-version``.
 requirements and header. ``check`` changes nothing and fails when pip would pick a file
 whose hash is not pinned, when a pinned version has no wheel for a Python, or when a
 pinned package needs a dependency that is not pinned (the build installs with
-``--no-deps``). ``.ci/run`` runs ``check``; it needs the network. ``make test`` checks the
+``--no-deps``). ``.ci/run`` runs ``check``; it needs the network. ``imports`` follows the
+module-level imports of a real source tree's build (``setup.py`` and the generators CMake
+runs) and fails when a third-party module they import is not pinned; ``.ci/run`` runs it on
+the real 2.6.0 tree. ``make test`` checks the
 files on their own (``core/toolchain.problems``).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -170,14 +175,127 @@ def check(line: ReleaseLine) -> list[str]:
     return sorted(set(found))
 
 
+#: Where a PyTorch tree's build runs Python: setup.py, and the generators CMake calls.
+BUILD_ENTRY_POINTS = (
+    "setup.py",
+    "tools/setup_helpers/generate_code.py",
+    "torchgen/gen.py",
+    "tools/pyi/gen_pyi.py",
+    "tools/jit/gen_unboxing.py",
+)
+#: The tree's own packages; imports of tools.* and torchgen.* are followed into the tree.
+_OWN = ("tools", "torchgen", "torch", "caffe2", "functorch")
+#: Import names that are not the distribution's name.
+_DISTRIBUTIONS = {"yaml": "pyyaml", "typing_extensions": "typing-extensions"}
+
+
+def _module_file(tree: Path, module: str) -> Path | None:
+    base = tree.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _top_level_imports(path: Path) -> Iterator[str]:
+    """Modules imported when ``path`` is imported: module-level statements only (not inside
+    functions, ``if TYPE_CHECKING:`` or ``try: ... except ImportError``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = path.parent
+
+    def walk(body: list[ast.stmt]) -> Iterator[str]:
+        for node in body:
+            if isinstance(node, ast.Import):
+                yield from (alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    prefix = "." * node.level + (node.module or "")
+                    yield prefix + "|" + str(package)
+                    joint = "" if prefix.endswith(".") else "."
+                    for alias in node.names:
+                        yield f"{prefix}{joint}{alias.name}|{package}"
+                elif node.module:
+                    yield node.module
+                    yield from (f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                yield from walk(node.body)
+                yield from walk(node.orelse)
+
+    yield from walk(tree.body)
+
+
+def build_imports(tree: Path) -> dict[str, set[str]]:
+    """Third-party modules the build of the PyTorch ``tree`` imports, with who imports them."""
+    found: dict[str, set[str]] = {}
+    todo = [tree / entry for entry in BUILD_ENTRY_POINTS if (tree / entry).is_file()]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _top_level_imports(path):
+            if "|" in name:  # relative: resolve against the importing file's package
+                dotted, _, folder = name.partition("|")
+                level = len(dotted) - len(dotted.lstrip("."))
+                base = Path(folder)
+                for _ in range(level - 1):
+                    base = base.parent
+                rest = dotted.lstrip(".")
+                target = base.joinpath(*rest.split(".")) if rest else base
+                for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+                    if candidate.is_file():
+                        todo.append(candidate)
+                continue
+            top = name.split(".")[0]
+            if top in sys.stdlib_module_names or top == "__future__":
+                continue
+            if top in _OWN:
+                local = _module_file(tree, name) if top in ("tools", "torchgen") else None
+                if local is not None:
+                    todo.append(local)
+                continue
+            found.setdefault(top, set()).add(str(path.relative_to(tree)))
+    return found
+
+
+def import_problems(line: ReleaseLine, tree: Path) -> list[str]:
+    """Modules the real ``tree``'s build imports that the line's toolchain does not pin."""
+    pinned = {canonicalize_name(name) for name in requires(line)}
+    problems = []
+    for module, importers in sorted(build_imports(tree).items()):
+        distribution = canonicalize_name(_DISTRIBUTIONS.get(module, module))
+        if distribution not in pinned:
+            problems.append(
+                f"the build imports {module} ({', '.join(sorted(importers))}), which "
+                f"{line.pins.name} does not pin"
+            )
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.maint.toolchain_pins")
-    parser.add_argument("action", choices=("refresh", "check"))
+    parser.add_argument("action", choices=("refresh", "check", "imports"))
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        help="imports: a real PyTorch source tree of the line, whose build's imports to check",
+    )
     parser.add_argument("--line", action="append", help="release line (default: all)")
     parser.add_argument("--catalog", type=Path, help="release catalog (default: the repository's)")
     args = parser.parse_args(argv)
     catalog = catalog_mod.load(args.catalog)
     lines = [catalog.line(version) for version in args.line] if args.line else catalog.lines
+    if args.action == "imports":
+        if args.tree is None or not args.line or len(args.line) != 1:
+            parser.error("imports needs --tree SRC and one --line")
+        problems = import_problems(lines[0], args.tree)
+        for problem in problems:
+            print(f"{lines[0].version}: {problem}", file=sys.stderr)
+        if not problems:
+            modules = ", ".join(sorted(build_imports(args.tree)))
+            print(f"{lines[0].version}: {args.tree}'s build imports {modules}: all pinned")
+        return 1 if problems else 0
     failed = False
     for line in lines:
         try:

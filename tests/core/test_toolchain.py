@@ -120,3 +120,28 @@ def test_malformed_pin_file_names_file_and_line(tmp_path: Path) -> None:
     path.write_text("-e .\n")
     with pytest.raises(CatalogError, match=r"x.txt, line 1: only requirements with --hash"):
         toolchain.load(path)
+
+
+def test_build_imports_of_a_tree_must_be_pinned(tmp_path: Path) -> None:
+    from intelmac_torch_builder.maint import toolchain_pins
+
+    files = {
+        "setup.py": "import os\nimport setuptools\nfrom tools.setup_helpers.env import X\n"
+        "def later():\n    import requests\n",
+        "tools/__init__.py": "",
+        "tools/setup_helpers/__init__.py": "",
+        "tools/setup_helpers/env.py": "from typing import TYPE_CHECKING\nfrom . import helper\n"
+        "if TYPE_CHECKING:\n    import pandas\n",
+        "tools/setup_helpers/helper.py": "import yaml\nimport jinja2\n",
+        "torchgen/gen.py": "import typing_extensions\nimport torch\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = toolchain_pins.build_imports(tmp_path)
+    assert sorted(found) == ["jinja2", "setuptools", "typing_extensions", "yaml"]
+    assert found["jinja2"] == {"tools/setup_helpers/helper.py"}
+    line = catalog.load().line("2.6.0")
+    assert toolchain_pins.import_problems(line, tmp_path) == [
+        "the build imports jinja2 (tools/setup_helpers/helper.py), which 2.6.0.txt does not pin"
+    ]
