@@ -76,25 +76,33 @@ def test_a_python_without_a_recorded_wheel_is_reported(tmp_path: Path) -> None:
     assert "numpy==2.1.0" in found[0] and "records no macOS x86_64 wheel for cp313" in found[0]
 
 
-def test_loose_pins_and_missing_hashes_are_reported(tmp_path: Path) -> None:
+def _problems_after(tmp_path: Path, *edits: tuple[str, str]) -> str:
+    """The problems of the 2.6.0 pin file after text replacements, one per line."""
     path = _copy(tmp_path)
-    text = path.read_text().replace("setuptools==75.8.0", "setuptools>=75")
-    text = text.replace("wheel==0.45.1 \\\n", "wheel==0.45.1\n# ")
+    text = path.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
     path.write_text(text)
-    found = "\n".join(toolchain.problems(toolchain.load(path), REQ26, PY26))
+    return "\n".join(toolchain.problems(toolchain.load(path), REQ26, PY26))
+
+
+def test_loose_pins_and_missing_hashes_are_reported(tmp_path: Path) -> None:
+    found = _problems_after(
+        tmp_path,
+        ("setuptools==75.8.0", "setuptools>=75"),
+        ("wheel==0.45.1 \\\n", "wheel==0.45.1\n# "),
+    )
     assert "setuptools>=75 is not an exact '==' pin" in found
     assert "wheel==0.45.1 has no --hash=sha256:..." in found
 
 
 def test_a_recorded_file_must_be_hashed_and_a_mac_x86_64_wheel(tmp_path: Path) -> None:
-    path = _copy(tmp_path)
-    text = path.read_text().replace(
-        "#: cp312 six-1.17.0-py2.py3-none-any.whl sha256:4721",
-        "#: cp312 six-1.17.0-cp312-cp312-manylinux_2_17_x86_64.whl sha256:4721",
+    found = _problems_after(
+        tmp_path,
+        ("#: cp312 six-1.17.0-py2.py3-none-any.whl", "#: cp312 six-1.17.0-cp312-cp312-manylinux_2_17_x86_64.whl"),
+        ("#: cp39 six-1.17.0-py2.py3-none-any.whl sha256:4", "#: cp39 six-1.17.0-py2.py3-none-any.whl sha256:5"),
     )
-    text = text.replace("#: cp39 six-1.17.0-py2.py3-none-any.whl sha256:4", "#: cp39 six-1.17.0-py2.py3-none-any.whl sha256:5")
-    path.write_text(text)
-    found = "\n".join(toolchain.problems(toolchain.load(path), REQ26, PY26))
     assert "six-1.17.0-cp312-cp312-manylinux_2_17_x86_64.whl is not a macOS x86_64 wheel" in found
     assert "its hash is not among the requirement's --hash options" in found
 
