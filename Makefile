@@ -12,6 +12,8 @@ VERSION ?=
 PYTHON  ?=
 SOURCE  ?=
 SHA256  ?=
+# OpenMP to build with and bundle (--libomp): one built for the line's deployment target.
+LIBOMP  ?=
 BUILD_ARGS ?=
 
 # The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
@@ -29,7 +31,7 @@ TAG ?=
 .PHONY: help build test regress bench check-upstream ci-plan lint clean
 
 help:
-	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...]"
+	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix]"
 	@echo "make test                    run the project's tests"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
@@ -48,7 +50,8 @@ $(TORCH_STAMP): $(VENV)/.stamp
 	touch $@
 
 BUILD_FLAGS = $(strip $(if $(VERSION),--version $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
-  $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) $(BUILD_ARGS))
+  $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) \
+  $(if $(LIBOMP),--libomp $(LIBOMP)) $(BUILD_ARGS))
 
 # Exit status of `make build` (GNU make itself exits only 0 or 2):
 #   0  done: the wheels are built (or were up to date); or, on a host that cannot compile, the
