@@ -15,6 +15,8 @@ SOURCE  ?=
 SHA256  ?=
 # Non-empty: build torch alone, without the line's torchvision companion.
 TORCH_ONLY ?=
+# OpenMP to build with and bundle (--libomp): one built for the line's deployment target.
+LIBOMP  ?=
 BUILD_ARGS ?=
 
 # The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
@@ -32,7 +34,7 @@ TAG ?=
 .PHONY: help build test regress bench check-upstream ci-plan lint clean
 
 help:
-	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [TORCH_ONLY=1]"
+	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
 	@echo "                             torch, then its torchvision (TORCH_ONLY=1: torch alone)"
 	@echo "make test                    run the project's tests"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
@@ -53,10 +55,25 @@ $(TORCH_STAMP): $(VENV)/.stamp
 
 BUILD_FLAGS = $(strip $(if $(VERSION),--version $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
   $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) \
-  $(if $(TORCH_ONLY),--torch-only) $(BUILD_ARGS))
+  $(if $(LIBOMP),--libomp $(LIBOMP)) $(if $(TORCH_ONLY),--torch-only) $(BUILD_ARGS))
 
+# Exit status of `make build` (GNU make itself exits only 0 or 2):
+#   0  done: the wheels are built (or were up to date); or, on a host that cannot compile, the
+#      source is fetched, checked and patched and the run stopped before compiling (the
+#      command's exit 3, "needs a Mac"). build/<version>/outcome.json says which:
+#      {"outcome": "built"} or {"outcome": "needs-mac"}.
+#   2  an error (the command's exit 1, or 2 for bad arguments); outcome.json says "error"
+#      once the arguments were understood.
+# Scripts that want the three cases as exit codes run `$(PY) -m intelmac_torch_builder all`:
+# 0 built, 1 error, 2 usage error, 3 needs a Mac.
 build: $(VENV)/.stamp
-	$(PY) -m intelmac_torch_builder all $(BUILD_FLAGS)
+	$(info $(PY) -m intelmac_torch_builder all $(BUILD_FLAGS))
+	@$(PY) -m intelmac_torch_builder all $(BUILD_FLAGS); code=$$?; \
+	if [ $$code -eq 3 ]; then \
+	  echo "make build: patched and stopped before compiling; finish on a Mac (exit 0, outcome needs-mac)" >&2; \
+	  exit 0; \
+	fi; \
+	exit $$code
 
 test: $(TORCH_STAMP)
 	$(PY) -m pytest

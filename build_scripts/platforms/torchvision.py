@@ -4,9 +4,9 @@ Each Python gets a build environment holding the torch wheel this run built and 
 for it, then ``pip wheel --no-build-isolation`` runs upstream's ``setup.py`` there, so the
 extension compiles against our torch's headers and links our libtorch.
 
-- ``pytorch-macos``: a venv per Python with our torch wheel and upstream's build
-  requirements (``pyproject.toml``: setuptools, torch, wheel), x86_64 flags, and an LC_RPATH
-  to torch's folder beside torchvision in site-packages.
+- ``pytorch-macos``: a venv per Python with the line's pinned, hashed build toolchain
+  (upstream's ``pyproject.toml`` asks for setuptools, torch and wheel) and our torch wheel,
+  x86_64 flags, and an LC_RPATH to torch's folder beside torchvision in site-packages.
 - ``setuptools`` (the tests' fixture upstream on any OS): the torch wheel is installed with
   ``pip install --target`` into a folder put on PYTHONPATH; nothing is downloaded.
 """
@@ -19,6 +19,7 @@ from ..core import companion
 from ..core._plan import Step
 from ..core.host import Host, max_jobs
 from ..core.options import Options, PythonTarget
+from . import macos
 
 
 def venv_python(options: Options, python: PythonTarget) -> Path:
@@ -72,19 +73,15 @@ def python_steps(options: Options, python: PythonTarget, torch_wheel: Path) -> l
                 log_name=log_name,
             ),
             Step(
-                f"our torch {torch} and upstream's build requirements into the {python.tag} venv",
-                # setuptools<81: 0.21's setup.py imports pkg_resources, which setuptools
-                # deprecated for removal after 80.x.
-                (
-                    interpreter,
-                    "-m",
-                    "pip",
-                    "install",
-                    str(torch_wheel),
-                    "setuptools<81",
-                    "wheel",
-                    "ninja",
-                ),
+                f"the line's pinned build toolchain into the {python.tag} venv (setuptools, "
+                f"wheel, ninja: upstream's build requirements besides torch; "
+                f"{options.line.pins.name}, every file checked against its sha256)",
+                macos.toolchain_command(options, python),
+                log_name=log_name,
+            ),
+            Step(
+                f"our torch {torch} into the {python.tag} venv (its dependencies from the index)",
+                (interpreter, "-m", "pip", "install", str(torch_wheel)),
                 log_name=log_name,
             ),
             Step(

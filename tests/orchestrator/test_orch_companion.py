@@ -254,12 +254,17 @@ def test_intel_mac_plan_builds_torchvision_against_our_torch(
     root = work / f"torchvision-{tv.version}"
     venv = root / "venvs" / tag
     steps = commands(build)
-    # The torch wheel the torch stages of this same plan produce, then upstream's setup.py.
-    assert (
-        f"{venv}/bin/python -m pip install '{work}/{version}/dist/{tag}/repaired/torch-{version}+intelmac-{tag}-<platform>.whl'"
-        in steps[1]
+    # The line's pinned toolchain (hash-checked), the torch wheel the torch stages of this
+    # same plan produce, then upstream's setup.py.
+    assert steps[1] == (
+        f"{venv}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps "
+        f"-r {line.pins}"
     )
     assert steps[2] == (
+        f"{venv}/bin/python -m pip install "
+        f"'{work}/{version}/dist/{tag}/repaired/torch-{version}+intelmac-{tag}-<platform>.whl'"
+    )
+    assert steps[3] == (
         f"(cd {root}/patched && {venv}/bin/python -m pip wheel --no-build-isolation --no-deps "
         f"-v --wheel-dir {root}/dist/{tag}/raw .)"
     )

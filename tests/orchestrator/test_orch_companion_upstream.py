@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from intelmac_torch_builder import cli
-from intelmac_torch_builder.core import catalog, companion
+from intelmac_torch_builder.core import catalog, companion, toolchain
 from orch_server import FileServer
 from test_orch_dryrun import INTEL, commands, dry_run, exports, fake_mac, section  # noqa: F401
 
@@ -77,14 +77,19 @@ def test_real_torchvision_0_21_0_source_and_its_macos_plan(
     assert env["FORCE_MPS"] == "1" and env["PYTORCH_VERSION"] == "2.6.0+intelmac"
     assert "torch.backends.mps.is_available() or FORCE_MPS" in setup_py
 
-    # Upstream's build requirements are all in the build venv: torch as our wheel.
+    # Upstream's build requirements are all in the build venv: torch as our wheel, the rest
+    # from the line's pinned toolchain, which the plan installs (hash-checked) first.
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     requires = tomllib.loads((tree / "pyproject.toml").read_text())["build-system"]["requires"]
-    install = next(step for step in commands(build) if " -m pip install " in step)
+    installs = [step for step in commands(build) if " -m pip install " in step]
+    assert f"-r {line.pins}" in installs[0] and "--require-hashes" in installs[0]
+    pinned = toolchain.load(line.pins).versions("3.12")
     for requirement in requires:
         name = re.split(r"[<>=!~ ;\[]", requirement, maxsplit=1)[0]
-        wanted = "/torch-2.6.0+intelmac-" if name == "torch" else f" {name}"
-        assert wanted in install or f" '{name}" in install, (requirement, install)
+        if name == "torch":
+            assert "/torch-2.6.0+intelmac-" in installs[1], installs
+        else:
+            assert name in pinned, (requirement, sorted(pinned))
     # And the plan goes on to repair, verify and index it.
     for stage in ("repair", "verify", "index"):
         assert section(plan, stage)
