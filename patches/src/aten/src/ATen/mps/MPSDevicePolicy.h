@@ -190,10 +190,16 @@ struct Options {
   DeviceSelector selector;
 };
 
-// What the MPSDevice constructor learnt before looking at devices.
+// What the MPSDevice constructor learnt before looking at devices, and what
+// this release line's hook in MPSDevice.h says about it (patch 0005).
 struct Platform {
   bool macos_ok = true;  // upstream's MPSGraph selector probe passed
   std::string min_macos; // e.g. "14.0", for the message when it did not
+  // The line's MPS allocator refuses a device without unified memory:
+  // MPSHeapAllocatorImpl::init_allocator() has TORCH_CHECK(hasUnifiedMemory)
+  // (2.14.1 and 2.15.0 binaries; not 2.6.0 or 2.9.1). Choosing a discrete AMD
+  // GPU there would only move the failure to the first allocation.
+  bool requires_unified_memory = false;
 };
 
 // ---------------------------------------------------------------------------
