@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .core.errors import BuildError
+from .core.errors import BuildError, UnsupportedHostError
 
 # In pipeline order; each module defines register(subparsers).
 SUBCOMMAND_MODULES: tuple[str, ...] = (
@@ -45,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except BuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # "Patched; finish on a Mac" is an expected stop, not a failure.
+        label = "stopped" if isinstance(exc, UnsupportedHostError) else "error"
+        print(f"{label}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -8,8 +8,8 @@ otherwise runs the stage while holding the release line's lock.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,26 @@ from ..core.options import Options, PythonTarget, add_common_arguments, resolve
 from . import _fsutil
 
 
-def line_lock(options: Options, log: Log) -> AbstractContextManager[None]:
-    return held(
+@contextmanager
+def line_lock(options: Options, log: Log) -> Iterator[None]:
+    """Hold the release line's lock; first, clear what killed runs of the line left behind.
+
+    A run killed mid-extraction or mid-patching (SIGKILL, a power cut) cannot clean up its
+    temporary tree (``.source.*.tmp``, ``.patched.*.tmp``, tens of MB to a GB each). Under
+    the lock no other run of the line is using them, so they go.
+    """
+    with held(
         options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    )
+    ):
+        removed = _fsutil.remove_leftovers(options.layout.root)
+        if removed:
+            total = sum(size for _, size in removed) / 2**20
+            names = ", ".join(path.name for path, _ in removed)
+            log.warning(
+                f"Removed {len(removed)} temporary item(s) left by an interrupted run of PyTorch "
+                f"{options.line.version} in {options.layout.root} ({total:.1f} MiB): {names}"
+            )
+        yield
 
 
 def register(

@@ -55,8 +55,9 @@ class Project:
     def tarball_name(self) -> str:
         return self.tarball.name
 
-    def cli(self, command: str, *args: str) -> Result:
-        argv = [
+    def argv(self, command: str, *args: str) -> list[str]:
+        """The CLI's arguments for ``command`` on this project's catalog and folders."""
+        return [
             command,
             "--catalog", str(self.catalog),
             "--work-dir", str(self.work),
@@ -67,6 +68,9 @@ class Project:
             *self.extra,
             *args,
         ]  # fmt: skip
+
+    def cli(self, command: str, *args: str) -> Result:
+        argv = self.argv(command, *args)
         self.capsys.readouterr()
         code = cli.main(argv)
         captured = self.capsys.readouterr()
