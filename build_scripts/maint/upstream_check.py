@@ -248,7 +248,8 @@ struct ShimDevice {
   int apple_gpu;
 };
 
-void shim_configure(const ShimDevice* devices, size_t count, int macos_ok, const char* min_macos) {
+void shim_configure(const ShimDevice* devices, size_t count, int macos_ok, const char* min_macos,
+                    int requires_unified_memory) {
   mac = FakeMac();
   for (size_t i = 0; i < count; ++i) {
     policy::DeviceProps props;
@@ -265,6 +266,7 @@ void shim_configure(const ShimDevice* devices, size_t count, int macos_ok, const
   }
   mac.platform.macos_ok = macos_ok != 0;
   mac.platform.min_macos = min_macos ? min_macos : "";
+  mac.platform.requires_unified_memory = requires_unified_memory != 0; // 2.14.1, 2.15.0
 }
 
 int shim_is_available() {
@@ -483,7 +485,8 @@ _mac = json.loads(os.environ.get("INTELMAC_SANDBOX_MAC", "[]"))
 _devices = (_Device * max(len(_mac), 1))(*[
     _Device(d["name"].encode(), d["low_power"], d["removable"], d["headless"], d["unified_memory"],
             d["working_set"], d["registry_id"], d["supports_mac2"], d["apple_gpu"]) for d in _mac])
-_lib.shim_configure(_devices, len(_mac), 1, b"14.0")
+# INTELMAC_SANDBOX_UNIFIED_ONLY=1: a line whose MPS allocator requires unified memory (2.14.1, 2.15.0).
+_lib.shim_configure(_devices, len(_mac), 1, b"14.0", int(os.environ.get("INTELMAC_SANDBOX_UNIFIED_ONLY", "0")))
 
 
 def _flush():
