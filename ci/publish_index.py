@@ -11,7 +11,7 @@ the index from all of them keeps older releases installable after a new one is p
 
 ``collect`` writes ``releases/<tag>/SHA256SUMS`` and ``releases/ORDER`` (oldest first).
 When two releases carry a wheel of the same name (a re-release of a line), the later one
-wins. The pages are rendered by ``intelmac_torch_builder.stages.index``, like the local ``wheels/simple``
+wins. The pages are rendered by ``core.simple_index``, like the local ``wheels/simple``
 index (``collect`` also needs the ``gh`` CLI).
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from ..stages import index as simple_index
+from ..core import simple_index
 
 PROJECT = "torch"
 #: The release tags ci/matrix.py accepts (kept in step with its LINE_TAG / ALL_TAG).

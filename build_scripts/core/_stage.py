@@ -10,15 +10,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from pathlib import Path
-from typing import Any
 
 from ..core._locks import held
 from ..core._log import Log
 from ..core._plan import Section, render
-from ..core.errors import BuildError
-from ..core.options import Options, PythonTarget, add_common_arguments, resolve
-from . import _fsutil
+from ..core.options import Options, add_common_arguments, resolve
 
 
 def line_lock(options: Options, log: Log) -> AbstractContextManager[None]:
@@ -48,16 +44,3 @@ def register(
     add_common_arguments(parser)
     parser.set_defaults(func=main)
 
-
-def read_record(
-    options: Options, python: PythonTarget, filename: str, *, stage: str, what: str
-) -> dict[str, Any]:
-    """A stage's record for ``python`` whose wheel still exists, or a message naming the stage to run."""
-    path = options.layout.dist(python) / filename
-    data = _fsutil.read_json(path)
-    if not isinstance(data, dict) or not Path(str(data.get("wheel"))).is_file():
-        raise BuildError(
-            f"No {what} wheel for {python.tag} in {path.parent}: run the {stage} stage first "
-            f"(python -m intelmac_torch_builder {stage} --version {options.line.version})."
-        )
-    return data

@@ -27,11 +27,8 @@ from ..core._plan import Section, Step, environment
 from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget
+from ..core.records import BUILT, SourceRecord, read_series_marker
 from ..platforms import macos
-from ..stages.patch import read_marker
-from ..stages.source import SourceRecord
-
-BUILT = "built.json"
 
 
 def _empty_raw(options: Options, python: PythonTarget) -> None:
@@ -46,7 +43,7 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
     if len(wheels) != 1:
         raise BuildError(f"expected one wheel in {raw} after the build, found {len(wheels)}")
     layout = options.layout
-    marker = read_marker(layout.patched_tree) or {}
+    marker = read_series_marker(layout.patched_tree) or {}
     source = SourceRecord.load(layout.source_record)
     interpreter = (
         str(macos.venv_python(options, python))
@@ -138,7 +135,7 @@ def plan(options: Options, host: Host) -> Section:
 
 def unsupported_host_message(options: Options, host: Host) -> str:
     layout = options.layout
-    marker = read_marker(layout.patched_tree)
+    marker = read_series_marker(layout.patched_tree)
     pythons = " ".join(python.version for python in options.pythons)
     source = SourceRecord.load(layout.source_record)
     if marker is not None and source is not None:
@@ -204,10 +201,6 @@ def build(options: Options, log: Log, host: Host | None = None) -> None:
             )
         elif step.action is not None:
             step.action()
-
-
-def built_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    return _stage.read_record(options, python, BUILT, stage="build", what="built")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -25,9 +25,7 @@ from ..core._plan import Section, Step, environment
 from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import DIST_NAME, Options, PythonTarget
-from ..stages.build import built_record
-
-REPAIRED = "repaired.json"
+from ..core.records import REPAIRED, built_record
 
 
 def repaired_dir(options: Options, python: PythonTarget) -> Path:
@@ -136,10 +134,6 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
     )
     log.info(f"{python.tag}: {destination.name} carries {buildinfo.FILENAME}")
     return destination
-
-
-def repaired_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    return _stage.read_record(options, python, REPAIRED, stage="repair", what="repaired")
 
 
 def repair(options: Options, log: Log, host: Host | None = None) -> list[Path]:
