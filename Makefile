@@ -47,7 +47,7 @@ $(TORCH_STAMP): $(VENV)/.stamp
 	rm -f $(VENV)/.stamp-torch-*
 	touch $@
 
-BUILD_FLAGS = $(strip $(if $(VERSION),--version $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
+BUILD_FLAGS = $(strip $(if $(VERSION),--torch $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
   $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) $(BUILD_ARGS))
 
 build: $(VENV)/.stamp
@@ -64,7 +64,7 @@ bench: $(TORCH_STAMP)
 
 check-upstream: $(VENV)/.stamp
 	@test -n "$(SRC)" || { echo "usage: make check-upstream SRC=<source tree or unpacked wheel> [VERSION=x.y.z]"; exit 2; }
-	$(PY) -m intelmac_torch_builder check-upstream $(SRC) $(if $(VERSION),--version $(VERSION))
+	$(PY) -m intelmac_torch_builder check-upstream $(SRC) $(if $(VERSION),--torch $(VERSION))
 
 ci-plan: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG))

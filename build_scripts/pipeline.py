@@ -16,7 +16,7 @@ from .core import host as host_mod
 from .core._log import Log, elapsed
 from .core._plan import render
 from .core._stage import line_lock
-from .core.options import DIST_NAME, Options, add_common_arguments, resolve
+from .core.options import ALL_GROUPS, DIST_NAME, Options, add_arguments, resolve
 from .stages import build as build_stage
 from .stages import index as index_stage
 from .stages import patch as patch_stage
@@ -74,7 +74,10 @@ def _main(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "all", help="every stage in order: fetch, patch, build, repair, verify, index (make build)"
+        "all",
+        help="every stage in order: fetch, patch, build, repair, verify, index (make build)",
+        description="Run every stage in order: fetch, patch, build, repair, verify, index. "
+        "This is what make build runs. A target already built, verified and indexed is a no-op.",
     )
-    add_common_arguments(parser)
+    add_arguments(parser, ALL_GROUPS)
     parser.set_defaults(func=_main)

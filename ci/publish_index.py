@@ -161,12 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     collect_parser = commands.add_parser("collect", help="download every release's SHA256SUMS")
-    collect_parser.add_argument("--out", type=Path, required=True)
+    collect_parser.add_argument("--out", type=Path, required=True,
+                                help="folder to write <tag>/SHA256SUMS and ORDER into")
     build_parser = commands.add_parser("build", help="write the PEP 503 site")
-    build_parser.add_argument("--releases", type=Path, required=True)
+    build_parser.add_argument("--releases", type=Path, required=True,
+                              help="the folder collect wrote")
     build_parser.add_argument("--download-base", required=True,
-                              help="https://github.com/OWNER/REPO/releases/download")
-    build_parser.add_argument("--out", type=Path, required=True)
+                              help="where release assets are downloaded from: "
+                              "https://github.com/OWNER/REPO/releases/download")
+    build_parser.add_argument("--out", type=Path, required=True,
+                              help="folder to write the site into (replaced whole)")
     args = parser.parse_args(argv)
     try:
         if args.command == "collect":

@@ -1,4 +1,4 @@
-"""What every stage subcommand shares: --dry-run, the line's lock and the stage records.
+"""What every stage subcommand shares: its options, --dry-run and the line's lock.
 
 A stage module provides ``plan(options) -> Section`` and ``run(options, log)``;
 ``register`` turns them into a subcommand that prints the plan for ``--dry-run`` and
@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from ..core._locks import held
 from ..core._log import Log
 from ..core._plan import Section, render
-from ..core.options import Options, add_common_arguments, resolve
+from ..core.options import OptionGroup, Options, add_arguments, resolve
 
 
 def line_lock(options: Options, log: Log) -> AbstractContextManager[None]:
@@ -29,7 +29,9 @@ def register(
     help: str,
     plan: Callable[[Options], Section],
     run: Callable[[Options, Log], object],
+    groups: tuple[OptionGroup, ...] = (),
 ) -> None:
+    """Add stage subcommand ``name``; it takes the options every stage takes, and ``groups``."""
     def main(args: argparse.Namespace) -> int:
         options = resolve(args)
         if options.dry_run:
@@ -40,7 +42,7 @@ def register(
             run(options, log)
         return 0
 
-    parser = subparsers.add_parser(name, help=help)
-    add_common_arguments(parser)
+    parser = subparsers.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+    add_arguments(parser, groups)
     parser.set_defaults(func=main)
 

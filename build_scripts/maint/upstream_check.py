@@ -1,10 +1,10 @@
 """``check-upstream``: does the patch series fit a real upstream PyTorch, and does it work?
 
-    python -m intelmac_torch_builder check-upstream SRC [--version V] [--no-python]
+    intelmac-torch check-upstream SRC [--torch X.Y.Z] [--no-python]
 
 SRC is either an upstream source tree (it has ``version.txt``) or an unpacked torch wheel
 (``torch/`` and ``torch-*.dist-info/``). The release line comes from the tree (``2.6.0a0``
-and ``2.9.1+cpu`` both name their X.Y.Z line) unless ``--version`` says otherwise.
+and ``2.9.1+cpu`` both name their X.Y.Z line) unless ``--torch`` says otherwise.
 
 Two checks, in order:
 
@@ -91,7 +91,7 @@ def normalise_version(raw: str) -> str:
         version = Version(raw.strip())
     except InvalidVersion:
         raise BuildError(
-            f"'{raw}' is not a PyTorch version; pass the release line with --version X.Y.Z"
+            f"'{raw}' is not a PyTorch version; pass the release line with --torch X.Y.Z"
         ) from None
     return f"{version.major}.{version.minor}.{version.micro}"
 
@@ -1439,18 +1439,38 @@ def _run(args: argparse.Namespace) -> int:
     return check(args.src, args.version, python_layer=not args.no_python)
 
 
+#: check-upstream --help: what a maintainer needs to run it (the module docstring says how).
+DESCRIPTION = """\
+Check the patch series against a real upstream PyTorch: a source tree (it has version.txt)
+or an unpacked torch wheel (torch/ and torch-*.dist-info/).
+
+1. Every hunk of the line's series must apply to the files SRC has. A wheel has no .mm,
+   .cpp or CMake files; those are reported as absent, not as failures.
+2. The line's own torch/backends Python files, patched, are imported in a sandbox with
+   pretend Macs (UHD 630 alone, UHD 630 + Radeon Pro 5500M, Mac Pro, M1), and the opt-in,
+   the device choice and the report are exercised. This needs a C++ compiler (g++ or
+   clang++) for the device policy.
+
+Nothing in SRC is changed. Exit status 0: every check passed; 1: a check failed.
+"""
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "check-upstream",
-        help="apply the patch series to a real upstream tree or unpacked wheel, and exercise its Python layer",
-        description=__doc__,
+        help="check that the patch series applies to a real upstream tree or unpacked wheel, "
+        "and that its Python layer works there",
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "src", type=Path, metavar="SRC", help="upstream source tree or unpacked torch wheel"
     )
     parser.add_argument(
-        "--version", help="release line whose series to check (default: the tree's version)"
+        "--torch",
+        metavar="X.Y.Z",
+        dest="version",
+        help="release line whose series to check (default: the one SRC's version names)",
     )
     parser.add_argument(
         "--no-python",

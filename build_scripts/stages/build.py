@@ -157,7 +157,7 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         "  git clone <this repository> && cd <it>\n"
         f"  make build VERSION={options.line.version} PYTHON='{pythons}'\n"
         "See every command and variable it will use first with:\n"
-        f"  python -m intelmac_torch_builder build --dry-run --version {options.line.version}"
+        f"  python -m intelmac_torch_builder build --dry-run --torch {options.line.version}"
         + "".join(f" --python {python.version}" for python in options.pythons)
     )
 
@@ -210,4 +210,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "compile the patched tree into wheels (macOS)",
         lambda options: plan(options, host_mod.probe()),
         build,
+        groups=("python", "builder", "libomp"),
     )

@@ -164,4 +164,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "add verified wheels to wheels/ and rewrite its simple index",
         plan,
         index,
+        groups=("python", "wheels"),
     )

@@ -42,7 +42,7 @@ def patch(options: Options, log: Log) -> Path:
     if record is None or not layout.source_tree.is_dir():
         raise BuildError(
             f"No source tree in {layout.root}. Fetch it first: "
-            f"python -m intelmac_torch_builder fetch --version {options.line.version}"
+            f"python -m intelmac_torch_builder fetch --torch {options.line.version}"
         )
     wanted = _wanted_marker(options, record)
     current = read_series_marker(layout.patched_tree)

@@ -101,7 +101,7 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                 raise UnsupportedHostError(
                     "delocate repairs macOS wheels and runs only on macOS; this wheel was built "
                     "on a Mac, so repair it there: python -m intelmac_torch_builder repair "
-                    f"--version {options.line.version} --python {python.version}"
+                    f"--torch {options.line.version} --python {python.version}"
                 )
             log.run_logged(
                 delocate_argv(raw, Path(scratch)),
@@ -165,5 +165,10 @@ def plan(options: Options) -> Section:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _stage.register(
-        subparsers, "repair", "bundle libomp (delocate) and add build information", plan, repair
+        subparsers,
+        "repair",
+        "bundle libomp into the built wheels (delocate) and add the build information",
+        plan,
+        repair,
+        groups=("python", "builder"),
     )

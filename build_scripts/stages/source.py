@@ -309,7 +309,7 @@ def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> 
                 attempt += 1
                 if attempt > settings.retries:
                     hint = (
-                        "The file is not there: check --version and the catalog's URL, or pass "
+                        "The file is not there: check --torch and the catalog's URL, or pass "
                         "--source with a mirror, a local tarball or 'git'."
                         if problem.status == 404
                         else "Check the network (or the server), then run again: the part "
@@ -645,4 +645,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "download (or clone, or copy), check and extract the upstream source",
         plan,
         fetch,
+        groups=("source",),
     )

@@ -433,4 +433,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "check the repaired wheels before they may enter the index",
         plan,
         verify,
+        groups=("python", "builder"),
     )

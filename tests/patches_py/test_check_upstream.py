@@ -33,7 +33,7 @@ def test_normalise_version(raw: str, line: str) -> None:
 
 
 def test_normalise_version_rejects_garbage() -> None:
-    with pytest.raises(BuildError, match="--version"):
+    with pytest.raises(BuildError, match="--torch"):
         upstream_check.normalise_version("main")
 
 
@@ -183,7 +183,7 @@ def test_real_wheel(version: str) -> None:
 
 @pytest.mark.upstream
 def test_version_override_picks_another_series() -> None:
-    """--version chooses the series; the 2.6.0 wheel checked as 2.15.0 still reports that line."""
+    """--torch chooses the series; the 2.6.0 wheel checked as 2.15.0 still reports that line."""
     root = wheel_dir("2.6.0")
     if not (root / "torch").is_dir():
         pytest.skip(f"no unpacked 2.6.0 wheel at {root}")
