@@ -15,8 +15,8 @@ SHA256  ?=
 BUILD_ARGS ?=
 
 # The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
-# patched wheel works too, e.g. TEST_TORCH='--index-url https://<owner>.github.io/<repo>/simple
-# --extra-index-url https://pypi.org/simple torch==2.15.0+intelmac' or TEST_TORCH=wheels/torch-...whl.
+# patched wheel works too, e.g. TEST_TORCH='--extra-index-url https://<owner>.github.io/<repo>/simple
+# torch==2.14.1+intelmac' (always the exact +intelmac pin) or TEST_TORCH=wheels/torch-...whl.
 # 2.13.0 is a CPU build that pip finds without a large download on the project's machines.
 TEST_TORCH ?= torch==2.13.0
 # One stamp per TEST_TORCH value: changing it reinstalls torch.

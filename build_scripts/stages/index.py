@@ -6,7 +6,7 @@ its own sha256); the index lists exactly the wheels that have one. Every file is
 beside its destination and moved into place with os.replace, so pip never reads a half
 written page or a wheel the page does not describe yet.
 
-    pip install --index-url file://$PWD/wheels/simple torch==2.6.0+intelmac
+    pip install --extra-index-url file://$PWD/wheels/simple torch==2.6.0+intelmac
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def index(options: Options, log: Log) -> list[Path]:
     total = sum(len(files) for files in projects.values())
     log.info(f"{wheels_dir / 'simple'}: {total} wheels in {len(projects)} project(s)")
     log.info(
-        "Install with:\n  python -m pip install --index-url "
+        "Install with:\n  python -m pip install --extra-index-url "
         f"{(wheels_dir / 'simple').as_uri()} {DIST_NAME}=={options.wheel_version}"
     )
     return added
