@@ -7,6 +7,7 @@ the folders. Nothing after ``resolve`` looks at raw argv or environment strings.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -14,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from packaging.version import Version
 
@@ -135,22 +136,6 @@ class Options:
 #: groups it reads, so `index --help` offers nothing about downloads or compilers.
 OptionGroup = Literal["python", "builder", "libomp", "source", "wheels"]
 ALL_GROUPS: tuple[OptionGroup, ...] = ("python", "builder", "libomp", "source", "wheels")
-
-# What resolve() assumes for an option the subcommand does not take.
-_DEFAULTS: dict[str, object] = {
-    "python": None,  # None: the subcommand builds nothing, so it names no Python
-    "builder": "pytorch-macos",
-    "libomp": None,
-    "source": None,
-    "sha256": None,
-    "trust_on_first_use": False,
-    "retries": FetchSettings.retries,
-    "timeout": FetchSettings.timeout,
-    "backoff": FetchSettings.backoff,
-    "cache_dir": Path(".cache"),
-    "wheels_dir": Path("wheels"),
-}
-
 
 def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ...]) -> None:
     """The options of a stage subcommand: the ones every stage takes, then ``groups``."""
@@ -307,6 +292,16 @@ def _check_sha256(value: str | None) -> str | None:
     return value
 
 
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """What resolve() assumes for an option a subcommand does not take: its usual default."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser, ALL_GROUPS)
+    values = vars(parser.parse_args([]))
+    values["python"] = None  # no --python: the subcommand builds no wheel, so names no Python
+    return values
+
+
 def _resolve_pythons(line: ReleaseLine, specs: list[str | None]) -> tuple[PythonTarget, ...]:
     pythons: list[PythonTarget] = []
     for spec in specs:
@@ -328,7 +323,7 @@ def _resolve_pythons(line: ReleaseLine, specs: list[str | None]) -> tuple[Python
 
 def resolve(args: argparse.Namespace) -> Options:
     """The options of a subcommand; one that it does not take gets its default."""
-    values = {**_DEFAULTS, **vars(args)}
+    values = {**_defaults(), **vars(args)}
     catalog = catalog_mod.load(values["catalog"])
     line = catalog.line(values["torch"])
     if values["python"] is None:
