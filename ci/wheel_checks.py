@@ -154,13 +154,15 @@ class Checks:
         try:
             mps.allow_intel_gpu = True
             require(mps.allow_intel_gpu is True, "setting allow_intel_gpu = True did not stick")
-            getter = getattr(getattr(torch, "_C", None), "_mps_get_allow_intel_gpu", None)
+            # The C++ side itself (MPSDeviceSelection.mm's operator), where this build has it.
+            getter = getattr(getattr(torch, "ops", None), "intelmac", None)
+            getter = getattr(getter, "mps_get_allow_intel_gpu", None) if getter is not None else None
             if getter is not None:
-                require(getter() is True, "torch._C._mps_get_allow_intel_gpu() disagrees after True")
+                require(getter() is True, "torch.ops.intelmac.mps_get_allow_intel_gpu() disagrees after True")
             mps.allow_intel_gpu = False
             require(mps.allow_intel_gpu is False, "setting allow_intel_gpu = False did not stick")
             if getter is not None:
-                require(getter() is False, "torch._C._mps_get_allow_intel_gpu() disagrees after False")
+                require(getter() is False, "torch.ops.intelmac.mps_get_allow_intel_gpu() disagrees after False")
         finally:
             mps.allow_intel_gpu = before
 

@@ -11,19 +11,20 @@ Two checks, in order:
 1. **Fidelity.** The line's series from the catalog is applied (in a scratch copy) with
    ``patching.check_upstream``. Every hunk whose file the tree has must apply. A wheel has
    no ``.mm``/``.cpp``/CMake files; those are reported as absent, not failed. Its headers
-   live under ``torch/include/`` and its ``torch/_C/__init__.pyi`` is generated from the
-   ``.pyi.in`` the series edits, keeping the hand-written part that the hunks touch.
+   live under ``torch/include/``; its ``torch/_C/__init__.pyi`` is generated from the
+   ``.pyi.in`` (should a series edit that), keeping the hand-written part verbatim.
 2. **The Python layer.** The line's own ``torch/backends/__init__.py`` and
    ``torch/backends/mps/__init__.py`` are copied into a sandbox, patched with the series'
-   Python hunks and imported under a stand-in ``torch`` package. Only the new C++ bindings
-   (``torch._C._mps_*``) are replaced, by test doubles that run the real policy: a small
+   Python hunks and imported under a stand-in ``torch`` package. Only the C++ entry points
+   (``torch._C._mps_is_available`` and the operators ``torch.ops.intelmac.mps_*`` that
+   MPSDeviceSelection.mm registers) are replaced, by test doubles that run the real policy: a small
    C-ABI shim compiled around the series' own ``MPSDevicePolicy.h`` (patch 0001), driven
    through ctypes on pretend Macs (UHD 630 only, UHD 630 + Radeon Pro 5500M, Mac Pro, M1).
    The scenarios below exercise the contract of issue 3: the default, the environment
    variables, the opt-in after a failed first scan, the late-change RuntimeError, device
    picking, ``devices()``, ``build_info()`` and ``python -m torch.backends.mps``.
 
-The shim plays the part of MPSDevice.mm (patch 0002), which only a Mac compiles: like it,
+The shim plays the part of MPSDeviceSelection.mm (patch 0002), which only a Mac compiles: like it,
 it holds one ``policy::DeviceState`` of the header (the flag, the current choice, rescans and
 refusals, the one-time warnings) and adds only the pretend devices and the first-use scan.
 tests/patches_py calls the same functions.
@@ -191,7 +192,7 @@ def materialise_header(patches: Sequence[Path], dest: Path) -> Path:
 # The C-ABI shim: MPSDevice.mm's state around the real policy header
 # ---------------------------------------------------------------------------------------
 
-# Plays MPSDevice.mm of patch 0002 on a pretend Mac. The state and all its rules (the flag
+# Plays MPSDeviceSelection.mm of patch 0002 on a pretend Mac. The state and all its rules (the flag
 # read from the environment once, the scan, a rescan or a refusal when the flag changes, the
 # one-time warnings) are the header's policy::DeviceState, as in MPSDevice.mm; the shim only
 # holds the pretend device list and plays MPSDevice::getInstance() (the first use scans once)
@@ -247,19 +248,6 @@ struct ShimDevice {
   int apple_gpu;
 };
 
-struct ShimStatus {
-  unsigned long long index;
-  const char* name;
-  int low_power;
-  int removable;
-  int headless;
-  int unified_memory;
-  unsigned long long working_set;
-  int eligible;
-  int selected;
-  const char* skip_reason;
-};
-
 void shim_configure(const ShimDevice* devices, size_t count, int macos_ok, const char* min_macos) {
   mac = FakeMac();
   for (size_t i = 0; i < count; ++i) {
@@ -307,28 +295,10 @@ const char* shim_unavailable_reason() {
   return keep(mac.state.selection().unavailable_reason);
 }
 
-size_t shim_report_size() {
+// mps_device_report(): the header's own JSON report.
+const char* shim_report_json() {
   ensure_device();
-  return mac.state.selection().devices.size();
-}
-
-int shim_report_entry(size_t i, ShimStatus* out) {
-  const auto& devices = mac.state.selection().devices;
-  if (i >= devices.size()) {
-    return 1;
-  }
-  const policy::DeviceStatus& status = devices[i];
-  out->index = status.index;
-  out->name = status.props.name.c_str();
-  out->low_power = status.props.low_power;
-  out->removable = status.props.removable;
-  out->headless = status.props.headless;
-  out->unified_memory = status.props.unified_memory;
-  out->working_set = status.props.recommended_working_set_size;
-  out->eligible = status.eligible;
-  out->selected = status.selected;
-  out->skip_reason = status.skip_reason.c_str();
-  return 0;
+  return keep(policy::report_json(mac.state.selection()));
 }
 
 // The warnings DeviceState queued since the last call, '\x1e'-separated.
@@ -471,6 +441,7 @@ import os
 __version__ = os.environ.get("INTELMAC_SANDBOX_TORCH_VERSION", "0.0.0+sandbox")
 
 from torch import _C as _C
+from torch import ops as ops
 from torch import backends as backends
 '''
 
@@ -485,9 +456,9 @@ class Library:
         pass
 '''
 
-# torch._C: upstream's bindings that torch.backends.mps uses, plus the four new ones as
-# test doubles over the policy shim. Queued C++ warnings become Python UserWarnings after
-# each call, as torch's PyWarningHandler does for TORCH_WARN.
+# torch._C: upstream's bindings that torch.backends.mps uses; is_available() runs the first
+# scan over the policy shim. Its queued C++ warnings become Python UserWarnings, as torch's
+# PyWarningHandler does for TORCH_WARN in upstream's bindings.
 _STANDIN_C = r'''"""Stand-in torch._C over the policy shim (build_scripts/maint/upstream_check.py)."""
 import ctypes
 import json
@@ -504,18 +475,9 @@ class _Device(ctypes.Structure):
                 ("supports_mac2", ctypes.c_int), ("apple_gpu", ctypes.c_int)]
 
 
-class _Status(ctypes.Structure):
-    _fields_ = [("index", ctypes.c_ulonglong), ("name", ctypes.c_char_p), ("low_power", ctypes.c_int),
-                ("removable", ctypes.c_int), ("headless", ctypes.c_int), ("unified_memory", ctypes.c_int),
-                ("working_set", ctypes.c_ulonglong), ("eligible", ctypes.c_int), ("selected", ctypes.c_int),
-                ("skip_reason", ctypes.c_char_p)]
-
-
 _lib = ctypes.CDLL(os.environ["INTELMAC_SANDBOX_SHIM"])
-for _name in ("shim_error", "shim_unavailable_reason", "shim_take_warnings"):
+for _name in ("shim_error", "shim_unavailable_reason", "shim_take_warnings", "shim_report_json"):
     getattr(_lib, _name).restype = ctypes.c_char_p
-_lib.shim_report_size.restype = ctypes.c_size_t
-_lib.shim_report_entry.argtypes = [ctypes.c_size_t, ctypes.POINTER(_Status)]
 
 _mac = json.loads(os.environ.get("INTELMAC_SANDBOX_MAC", "[]"))
 _devices = (_Device * max(len(_mac), 1))(*[
@@ -543,46 +505,38 @@ def _mps_is_on_macos_or_newer(major, minor):
     return _has_mps
 
 
-if _has_mps:
+'''
 
-    def _mps_get_allow_intel_gpu():
-        try:
-            return bool(_lib.shim_get_allow())
-        finally:
-            _flush()
+# torch.ops: the operators MPSDeviceSelection.mm registers (builds with MPS only). Like the
+# real torch.ops calls they raise no Python warning themselves: what the C++ side queued is
+# returned by mps_take_warnings(), which the patched layer must call and raise.
+_STANDIN_OPS = r'''"""Stand-in torch.ops over the policy shim (build_scripts/upstream_check.py)."""
+from torch import _C
 
-    def _mps_set_allow_intel_gpu(allow):
+
+class _Intelmac:
+    def mps_get_allow_intel_gpu(self):
+        return bool(_C._lib.shim_get_allow())
+
+    def mps_set_allow_intel_gpu(self, allow):
         if not isinstance(allow, bool):
-            raise TypeError("_mps_set_allow_intel_gpu(): incompatible function arguments")
-        try:
-            if _lib.shim_set_allow(int(allow)):
-                raise RuntimeError(_lib.shim_error().decode())
-        finally:
-            _flush()
+            raise TypeError("intelmac::mps_set_allow_intel_gpu() expected a bool")
+        if _C._lib.shim_set_allow(int(allow)):
+            raise RuntimeError(_C._lib.shim_error().decode())
 
-    def _mps_unavailable_reason():
-        try:
-            return _lib.shim_unavailable_reason().decode()
-        finally:
-            _flush()
+    def mps_unavailable_reason(self):
+        return _C._lib.shim_unavailable_reason().decode()
 
-    def _mps_device_report():
-        try:
-            report = []
-            for i in range(_lib.shim_report_size()):
-                s = _Status()
-                _lib.shim_report_entry(i, ctypes.byref(s))
-                reason = s.skip_reason.decode()
-                report.append({
-                    "index": s.index, "name": s.name.decode(), "low_power": bool(s.low_power),
-                    "removable": bool(s.removable), "headless": bool(s.headless),
-                    "unified_memory": bool(s.unified_memory), "recommended_working_set_size": s.working_set,
-                    "eligible": bool(s.eligible), "selected": bool(s.selected),
-                    "skip_reason": reason or None,
-                })
-            return report
-        finally:
-            _flush()
+    def mps_device_report(self):
+        return _C._lib.shim_report_json().decode()
+
+    def mps_take_warnings(self):
+        queued = _C._lib.shim_take_warnings().decode()
+        return queued.split("\x1e") if queued else []
+
+
+if _C._has_mps:
+    intelmac = _Intelmac()
 '''
 
 # Stand-ins for the "new module alone" sandbox: no upstream file at all.
@@ -800,6 +754,7 @@ def _write(path: Path, text: str) -> None:
 def _write_common(root: Path, torch_version: str) -> None:
     _write(root / "torch" / "__init__.py", _STANDIN_TORCH_INIT)
     _write(root / "torch" / "_C.py", _STANDIN_C)
+    _write(root / "torch" / "ops.py", _STANDIN_OPS)
     _write(root / "torch" / "library.py", _STANDIN_LIBRARY)
     _write(root / "intelmac_probe.py", _PROBE)
     # build_info() looks for the .dist-info beside the imported torch package.
@@ -968,26 +923,30 @@ def scenario_env_spellings(sandbox: Sandbox) -> None:
 
 
 def scenario_env_invalid_warns_once(sandbox: Sandbox) -> None:
-    """An unknown value: exactly one warning naming variable, value and accepted values."""
-    records = sandbox.probe(
-        "mac-mini-2018", ["get", "is_available", "get", "reason"], {ALLOW_ENV: "maybe"}
-    )
-    _expect(_no_error(_only(records, "import")).error is None, "import failed")
-    values = [r.value for r in records if r.step == "get"]
-    _expect(
-        values == [False, False], f"an invalid value must leave the default (False), got {values}"
-    )
-    found = _all_warnings(records)
-    _expect(len(found) == 1, f"expected exactly one warning, got {found}")
-    text = found[0]
-    missing = [
-        part for part in (ALLOW_ENV, "maybe", *ACCEPTED_TRUE, *ACCEPTED_FALSE) if part not in text
-    ]
-    _expect(
-        not missing,
-        f"the warning must name the variable, the value and the accepted values; "
-        f"{missing} missing from {text!r}",
-    )
+    """An unknown value, blanks alone included: one warning naming variable, value and accepted values."""
+    for raw in ("maybe", "   "):
+        records = sandbox.probe(
+            "mac-mini-2018", ["get", "is_available", "get", "reason"], {ALLOW_ENV: raw}
+        )
+        _expect(_no_error(_only(records, "import")).error is None, "import failed")
+        values = [r.value for r in records if r.step == "get"]
+        _expect(
+            values == [False, False],
+            f"{raw!r}: an invalid value must leave the default (False), got {values}",
+        )
+        found = _all_warnings(records)
+        _expect(len(found) == 1, f"{raw!r}: expected exactly one warning, got {found}")
+        text = found[0]
+        missing = [
+            part
+            for part in (ALLOW_ENV, f"'{raw}'", *ACCEPTED_TRUE, *ACCEPTED_FALSE)
+            if part not in text
+        ]
+        _expect(
+            not missing,
+            f"the warning must name the variable, the value and the accepted values; "
+            f"{missing} missing from {text!r}",
+        )
 
 
 def scenario_opt_in_after_failed_scan(sandbox: Sandbox) -> None:

@@ -60,6 +60,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU baselines")
     p.add_argument(
+        "--float32-matmul-precision",
+        choices=("highest", "high", "medium"),
+        default=None,
+        help="torch.set_float32_matmul_precision before measuring (high/medium allow TF32 "
+        "or bf16 matmuls on CUDA); default: leave torch's setting",
+    )
+    p.add_argument(
         "--only",
         nargs="+",
         default=None,
@@ -104,12 +111,11 @@ def _percent(
 ) -> float | None:
     if peak is None or "error" in result:
         return None
-    if kernel.flops and kernel.group in ("matmul", "conv2d", "training"):
-        # float32 convolutions use TF32 tensor cores under cuDNN's default (allow_tf32=True);
-        # matmuls do not under torch's default precision "highest". Each against its own peak.
-        top = _peaks.compute_peak(
-            peak, kernel.dtype, tf32["conv" if kernel.group == "conv2d" else "matmul"]
-        )
+    if kernel.flops and kernel.libs:
+        # One rule for every kernel: the peak of the fastest unit its FLOPs may run on. A
+        # float32 kernel is held to the TF32 peak when TF32 is allowed in any library it calls
+        # (cuDNN convolutions: cudnn.allow_tf32; cuBLAS matmuls: float32 matmul precision).
+        top = _peaks.compute_peak(peak, kernel.dtype, any(tf32[lib] for lib in kernel.libs))
         return 100.0 * result["gflops"] / top if top else None
     if kernel.bytes and peak.bandwidth_gbs:
         return 100.0 * result["gbps"] / peak.bandwidth_gbs
@@ -153,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     info = describe(device)
     peak = _peaks.lookup(info.name) if device != "cpu" else None
-    # Which float32 kernels may run on TF32 tensor cores under torch's defaults on CUDA:
-    # matmul no (precision "highest"), cuDNN convolutions yes (cudnn.allow_tf32). Measured as
-    # users get them; the percent of peak uses the matching peak.
+    if args.float32_matmul_precision:
+        torch.set_float32_matmul_precision(args.float32_matmul_precision)
+    # Which float32 kernels may run on TF32 tensor cores on CUDA: matmul when the precision is
+    # not "highest" (torch's default is "highest"), cuDNN convolutions when cudnn.allow_tf32
+    # (torch's default is True). Measured as set; the percent of peak follows (_percent).
     tf32 = {
         "matmul": device == "cuda" and torch.get_float32_matmul_precision() != "highest",
         "conv": device == "cuda" and bool(torch.backends.cudnn.allow_tf32),
@@ -239,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             "budget_s": budget,
             "cpu_threads_all": all_threads,
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "float32_matmul_precision_requested": args.float32_matmul_precision,
             "tf32": tf32["matmul"],
             "tf32_conv": tf32["conv"],
             "argv": sys.argv[1:] if argv is None else argv,

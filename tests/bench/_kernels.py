@@ -24,6 +24,9 @@ class Kernel:
     bytes: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
     cpu_baseline: bool = True  # bf16 8192^3 on one CPU thread would take minutes: device only
+    # The math libraries its FLOPs run in: "matmul" (cuBLAS on CUDA) and "conv" (cuDNN). A
+    # float32 kernel is held to the TF32 peak when TF32 is allowed in any of them.
+    libs: tuple[str, ...] = ()
 
 
 def _randn(shape: tuple[int, ...], device: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -50,6 +53,7 @@ def matmul(n: int, layout: str, dtype: str = "float32", cpu_baseline: bool = Tru
         flops=2.0 * n * n * n,
         params={"n": n, "layout": layout},
         cpu_baseline=cpu_baseline,
+        libs=("matmul",),
     )
 
 
@@ -69,6 +73,7 @@ def conv2d(label: str, batch: int, cin: int, cout: int, hw: int, k: int, stride:
         setup,
         flops=2.0 * batch * cout * out_hw * out_hw * cin * k * k,
         params={"batch": batch, "cin": cin, "cout": cout, "hw": hw, "k": k, "stride": stride},
+        libs=("conv",),
     )
 
 
@@ -193,6 +198,7 @@ def train_cnn(batch: int, width: int, hw: int) -> Kernel:
         setup,
         flops=count_flops(setup),
         params={"batch": batch, "width": width, "hw": hw},
+        libs=("conv", "matmul"),  # convolutions and the final linear layer
     )
 
 
@@ -217,6 +223,7 @@ def train_bert_layer(batch: int, seq: int, dim: int, heads: int, ff: int) -> Ker
         setup,
         flops=count_flops(setup),
         params={"batch": batch, "seq": seq, "dim": dim, "heads": heads, "ff": ff},
+        libs=("matmul",),
     )
 
 

@@ -31,7 +31,8 @@ _H200_SOURCE = (
 )
 _H100_SOURCE = (
     "NVIDIA H100 Tensor Core GPU datasheet: SXM FP32 67, TF32 989 / BF16 1979 TFLOPS with "
-    "sparsity (halved for dense), 3.35 TB/s; PCIe FP32 51, TF32 756 / BF16 1513 sparse, 2.0 TB/s"
+    "sparsity (halved for dense), 3.35 TB/s; PCIe FP32 51, TF32 756 / BF16 1513 sparse, 2.0 TB/s; "
+    "NVL FP32 60, TF32 835 / BF16 1671 sparse, 3.9 TB/s"
 )
 
 PEAKS: tuple[Peak, ...] = (
@@ -58,15 +59,28 @@ PEAKS: tuple[Peak, ...] = (
         fp16_gflops=756_500,
     ),
     Peak(
+        "NVIDIA H100 NVL",
+        r"\bh100\b.*\bnvl\b",
+        60_000,
+        3900,
+        _H100_SOURCE,
+        tf32_gflops=417_500,
+        bf16_gflops=835_500,
+        fp16_gflops=835_500,
+    ),
+    # The SXM part is named "NVIDIA H100 80GB HBM3" (or "... SXM5 ..."). A bare "H100" could be
+    # any variant: it gets no entry, hence no percentage, rather than the SXM's figures.
+    Peak(
         "NVIDIA H100 SXM",
-        r"\bh100\b",
+        r"\bh100\b.*\b(sxm\d?|hbm3)\b",
         67_000,
         3350,
         _H100_SOURCE,
         tf32_gflops=494_500,
         bf16_gflops=989_500,
         fp16_gflops=989_500,
-    ),
+        measured_bf16_gflops=798_000,
+    ),  # 8192^3 bf16 on random data, this workplace's "NVIDIA H100 80GB HBM3" (KINDS.md, 2026-11-13)
     # --- Intel (Gen9 / Gen9.5) ---
     Peak(
         "Intel UHD Graphics 630",

@@ -5,7 +5,7 @@ Here they run where the release workflow's test-wheel job runs them, a macOS VM 
 usable GPU, as far as Linux can play it: check-upstream's sandbox
 (``upstream_check.sandbox_for``) holds a line's own upstream ``torch/backends`` files (the
 2.6.0 source tree, the official wheels) with the catalog's series applied, under a stand-in
-``torch`` whose ``torch._C._mps_*`` run the series' C++ policy header through a ctypes shim.
+``torch`` whose ``torch._C`` and ``torch.ops.intelmac`` run the series' C++ policy header through a ctypes shim.
 The pretend Macs are a macOS VM whose only Metal device is the Apple Paravirtual device, and
 a Mac where Metal finds no device at all.
 
@@ -166,7 +166,7 @@ BREAKAGES = {
     "report-exits-0": ('return 0 if data["usable"] else 1', "return 0",
                        "python-m-torch.backends.mps"),
     "no-skip-reason": ('skip_reason=entry["skip_reason"] or None', "skip_reason=None", "devices"),
-    "no-reason": ("return torch._C._mps_unavailable_reason() or None", "return None",
+    "no-reason": ('return _call("mps_unavailable_reason") or None', "return None",
                   "unavailable-reason"),
 }
 

@@ -24,6 +24,8 @@ typedef signed char BOOL;
 #endif
 typedef long NSInteger;
 typedef unsigned long NSUInteger;
+#define NSIntegerMax __LONG_MAX__
+static const NSInteger NSNotFound = NSIntegerMax;
 """,
     "Foundation/Foundation.h": """
 #pragma once

@@ -18,6 +18,7 @@
 //   do <op> [<arg> ...]               one step of it, in order:
 //                                       scan            DeviceState::scan(devices, platform)
 //                                       get             allow_intel_gpu()
+//                                       report          report_json(selection()), as is
 //                                       set <0|1>       set_allow_intel_gpu()
 //                                       setenv <var> <raw>   setenv / unsetenv ("!")
 //   done                              runs the steps; after each prints what
@@ -154,6 +155,8 @@ bool run_state(const StateRun& run) {
     if (step[0] == "scan" && step.size() == 1) {
       const policy::DeviceStatus* chosen = state.scan(run.devices, run.platform);
       std::cout << ", \"value\": " << (chosen ? json(chosen->props.name) : std::string("null"));
+    } else if (step[0] == "report" && step.size() == 1) {
+      std::cout << ", \"value\": " << policy::report_json(state.selection()); // JSON already
     } else if (step[0] == "get" && step.size() == 1) {
       std::cout << ", \"value\": " << b(state.allow_intel_gpu());
     } else if (step[0] == "set" && step.size() == 2) {
@@ -184,7 +187,7 @@ void run_case(const Case& c) {
     const policy::Selection second = policy::choose(c.devices, c.later, c.platform);
     std::cout << ", \"later\": " << selection_json(second) << ", \"same_choice\": "
               << b(policy::same_choice(first, second))
-              << ", \"late_error\": " << json(policy::late_change_error(first, second));
+              << ", \"late_error\": " << json(policy::late_change_error(first, second, c.later.allow_intel_gpu));
   }
   if (first.uses_low_power_gpu()) {
     std::cout << ", \"warning\": " << json(policy::low_power_warning(first.chosen()->props));

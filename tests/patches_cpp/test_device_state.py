@@ -1,6 +1,6 @@
 """The process-wide state of the MPS device policy (MPSDevicePolicy.h's DeviceState).
 
-MPSDevice.mm (patch 0002) keeps one DeviceState for the process and calls it; so does the
+MPSDeviceSelection.mm (patch 0002) keeps one DeviceState for the process and calls it; so does the
 check-upstream shim. Here policy_driver.cpp runs scripted sequences of the calls they make
 (scan, allow_intel_gpu, set_allow_intel_gpu, with the environment set in between) and
 reports what the state says after each. The expectations are the behaviour issue 3 asks
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from intelmac_torch_builder.core.contract import DEVICE_INFO_FIELDS
 
 from .test_policy import M1, PARAVIRT, PRO5500M, UHD630, Dev
 
@@ -119,10 +120,11 @@ def test_disallowing_the_intel_gpu_in_use_is_refused(driver: Path) -> None:
         assert record["change"] == "refused"
         error = record["error"]
         assert (
-            f"The MPS device is already in use ('{UHD630.name}'); this change would select no device"
-            in error
+            f"The MPS device is already in use ('{UHD630.name}'); "
+            "torch.backends.mps.allow_intel_gpu = False would select no device" in error
         )
-        assert ALLOW in error and DEVICE in error and "before the first use of MPS" in error
+        assert ALLOW in error and "before the first use of MPS" in error
+        assert DEVICE not in error, "the refusal names what changed: the flag, not the device variable"
         assert selected(record) == UHD630.name, "the device in use stays"
     assert get["value"] is True, "a refused value is not kept"
 
@@ -212,3 +214,66 @@ def test_a_scan_on_a_too_old_macos_does_not_count(driver: Path) -> None:
     assert scan["warnings"] == [], "upstream does not look at the devices on a too old macOS"
     assert change["change"] == "stored"
     assert get["value"] is True
+
+
+# Found by an independent harness of real Mac configurations (issue 8): the environment is
+# read once, at the first scan, and kept; a refusal names what actually changed.
+
+
+def test_the_device_variable_changed_after_the_first_scan_is_ignored(driver: Path) -> None:
+    """On the AMD GPU, PYTORCH_MPS_DEVICE changes, then the flag is set to its current value."""
+    records = run_state(
+        driver,
+        (UHD630, PRO5500M),
+        [("scan",), setenv(DEVICE, "uhd"), ("set", "0"), ("get",), ("set", "1"), ("set", "0")],
+    )
+    scan, _, same_value, get, allow, disallow = records
+    assert selected(scan) == PRO5500M.name
+    for record in (same_value, allow, disallow):
+        assert record["change"] == "stored" and record["error"] == "", record
+        assert selected(record) == PRO5500M.name
+    assert get["value"] is False
+
+
+def test_setting_the_current_value_is_never_refused(driver: Path) -> None:
+    records = run_state(driver, (UHD630,), [setenv(ALLOW, "1"), ("scan",), ("set", "1"), ("get",)])
+    _, scan, again, get = records
+    assert selected(scan) == UHD630.name
+    assert again["change"] == "stored" and again["error"] == ""
+    assert get["value"] is True
+
+
+def test_a_rescan_uses_the_device_variable_as_first_read(driver: Path) -> None:
+    """Intel-only Mac: nothing chosen, PYTORCH_MPS_DEVICE set later, then the opt-in."""
+    records = run_state(
+        driver, (UHD630,), [("scan",), setenv(DEVICE, "nvidia"), ("set", "1"), ("scan",)]
+    )
+    first, _, allow, rescan = records
+    assert selected(first) is None
+    assert allow["change"] == "rescan"
+    assert selected(rescan) == UHD630.name, "the later PYTORCH_MPS_DEVICE='nvidia' must not count"
+
+
+def test_both_variables_are_read_together_once(driver: Path) -> None:
+    """A blank flag value warns once, at the first question, however often it is asked."""
+    records = run_state(
+        driver, (UHD630,), [setenv(ALLOW, "   "), ("get",), ("scan",), ("get",), setenv(ALLOW, "1"), ("get",)]
+    )
+    found = all_warnings(records)
+    assert len(found) == 1 and f"{ALLOW}='   '" in found[0], found
+    assert [r["value"] for r in records if r["op"] == "get"] == [False, False, False]
+
+
+def test_the_report_json_carries_every_status_field(driver: Path) -> None:
+    """report_json() is what torch.backends.mps.devices() reads: valid JSON, every field."""
+    odd = Dev('Odd "quoted" \\ name', 0x100000900, working_set=3)
+    records = run_state(driver, (UHD630, odd), [("scan",), ("report",)])
+    scan, report = records
+    assert [d["name"] for d in report["value"]] == [d["name"] for d in scan["selection"]["devices"]]
+    for entry, status in zip(report["value"], scan["selection"]["devices"]):
+        assert entry["index"] == status["index"] and entry["selected"] == status["selected"]
+        assert entry["eligible"] == status["eligible"]
+        assert entry["skip_reason"] == (status["skip_reason"] or None)
+    chosen = [d for d in report["value"] if d["selected"]]
+    assert [d["name"] for d in chosen] == [odd.name] and chosen[0]["recommended_working_set_size"] == 3
+    assert tuple(report["value"][0]) == DEVICE_INFO_FIELDS

@@ -1,9 +1,12 @@
-"""Bonus: clang parses the patched MPSDevice.mm of 2.6.0 (-fsyntax-only, Objective-C++).
+"""clang parses the patched MPSDevice.mm of 2.6.0 (-fsyntax-only, Objective-C++): our hooks
+in the one upstream .mm file we have exactly.
 
 Uses the real v2.6.0 tree when it is cached (../shared/tools/upstream-src 2.6.0 puts it
 there) and clang when it is installed; otherwise it skips and says which is missing.
 Nothing here installs anything. The Apple and c10 headers are stand-ins (objc_stubs.py),
-so this catches misspelt selectors and C++ type errors in our hunks, not behaviour.
+so this catches calls our hooks make that the patched headers do not declare, not
+behaviour. Our own Objective-C++ file is parsed against every line's real headers in
+test_objc_lines.py.
 """
 
 from __future__ import annotations
@@ -58,13 +61,13 @@ def test_patched_mps_device_mm_parses(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_check_catches_a_misspelt_selector(tmp_path: Path) -> None:
-    """The stand-ins are strict enough to fail on a selector Metal does not have."""
+def test_the_check_catches_a_hook_calling_what_is_not_declared(tmp_path: Path) -> None:
+    """The stand-ins and the patched headers are strict enough to refuse an unknown call."""
     tree = _patched_2_6(tmp_path)
     stubs = write_stubs(tmp_path / "stubs")
     source = tree / MPS_DEVICE_MM
     text = source.read_text(encoding="utf-8")
-    assert "[device isRemovable]" in text
-    source.write_text(text.replace("[device isRemovable]", "[device isDetachable]"), encoding="utf-8")
+    assert "policyChoice(devices)" in text
+    source.write_text(text.replace("policyChoice(devices)", "policy_state(devices)"), encoding="utf-8")
     result = _clang(stubs, tree, source)
-    assert result.returncode != 0 and "isDetachable" in result.stderr
+    assert result.returncode != 0 and "policy_state" in result.stderr

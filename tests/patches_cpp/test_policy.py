@@ -85,7 +85,8 @@ def only_intel(name: str) -> Expect:
 
 
 def out_of_range(index: int, *names: str) -> Expect:
-    return Expect(None, (f"PYTORCH_MPS_DEVICE='{index}' is out of range", *names))
+    # The reason also says how to pick by name: a number is an index first.
+    return Expect(None, (f"PYTORCH_MPS_DEVICE='{index}' is out of range", "pick by name", *names))
 
 
 def ambiguous(text: str, *names: str) -> Expect:
@@ -123,9 +124,11 @@ CONFIGS = [
     Config("iMac 2020 (Radeon Pro 5700 XT)", (PRO5700XT,), (PRO5700XT,),
            default=Expect(PRO5700XT.name), allowed=Expect(PRO5700XT.name),
            by_index={0: Expect(PRO5700XT.name)},
-           by_name=("5700 xt", Expect(PRO5700XT.name)),  # "5700" alone would be an index
+           by_name=("5700 xt", Expect(PRO5700XT.name)),
            ambiguous=("radeon", Expect(PRO5700XT.name)),
-           out_of_range=out_of_range(1, PRO5700XT.name)),
+           out_of_range=out_of_range(1, PRO5700XT.name),
+           # Not an index here, but a whole word of the name: it picks by name.
+           extra=(("5700", Expect(PRO5700XT.name)),)),
     Config("Mac Pro 2019 (two Radeon Pro Vega II)", (VEGA_A, VEGA_B), (VEGA_B, VEGA_A),
            # Identical names: the lower IORegistry id ranks first, whatever Metal's order.
            default=Expect(VEGA_B.name, registry_id=VEGA_B.registry_id),
@@ -141,13 +144,20 @@ CONFIGS = [
            by_index={0: Expect(RX580_EGPU.name), 1: Expect(IRIS655.name)},
            by_name=("rx 580", Expect(RX580_EGPU.name)),
            ambiguous=("r", ambiguous("r", RX580_EGPU.name, IRIS655.name)),
-           out_of_range=out_of_range(2, RX580_EGPU.name, IRIS655.name)),
+           out_of_range=out_of_range(2, RX580_EGPU.name, IRIS655.name),
+           # A name that is a number (the harness's case): "580" is no index here, and a word
+           # of one name. "655" is a word of the Intel GPU's name: picking it is an opt-in.
+           extra=(("580", Expect(RX580_EGPU.name)), ("655", Expect(IRIS655.name)),
+                  ("58", out_of_range(58, RX580_EGPU.name, IRIS655.name)))),
     Config('MacBook Pro 16" 2019 + RX 580 eGPU', (UHD630, PRO5500M, RX580_EGPU), (RX580_EGPU, PRO5500M, UHD630),
            default=Expect(RX580_EGPU.name), allowed=Expect(RX580_EGPU.name),
            by_index={0: Expect(RX580_EGPU.name), 1: Expect(PRO5500M.name), 2: Expect(UHD630.name)},
            by_name=("Radeon Pro", Expect(PRO5500M.name)),
            ambiguous=("amd", ambiguous("amd", RX580_EGPU.name, PRO5500M.name)),
-           out_of_range=out_of_range(3, RX580_EGPU.name, PRO5500M.name, UHD630.name)),
+           # "3" is a digit of "630" but no word of any name: still an index out of range.
+           out_of_range=out_of_range(3, RX580_EGPU.name, PRO5500M.name, UHD630.name),
+           extra=(("580", Expect(RX580_EGPU.name)), ("630", Expect(UHD630.name)),
+                  ("5500", out_of_range(5500, RX580_EGPU.name, PRO5500M.name, UHD630.name)))),
     Config("macOS VM (Apple Paravirtual device only)", (PARAVIRT,), (PARAVIRT,),
            default=Expect(None, ("no Metal device supports GPU family Mac2", PARAVIRT.name)),
            allowed=Expect(None, ("Mac2",)),
@@ -304,7 +314,9 @@ def test_low_power_warning_points_to_the_benchmark(driver: Path) -> None:
 ENV_BOOL = [
     ("1", True), ("true", True), ("TRUE", True), ("Yes", True), ("on", True), ("ON", True), (" 1 ", True),
     ("0", False), ("false", False), ("No", False), ("OFF", False), ("off", False), ("FaLsE", False),
-    ("", None), ("   ", None), (None, None),
+    ("", None), (None, None),
+    # Only empty means unset: blanks alone are a mistake, warned about like any other.
+    ("   ", "warn"), (" ", "warn"),
     ("2", "warn"), ("maybe", "warn"), ("enable", "warn"), ("tru", "warn"), ("y", "warn"), ("-1", "warn"),
 ]
 

@@ -156,7 +156,8 @@ def test_real_2_6_0_source_tree() -> None:
     status = upstream_check.check(SOURCE_2_6, python_layer=HAVE_CXX, out=lines.append)
     report = "\n".join(lines)
     assert status == 0, report
-    assert "applies  torch/csrc/mps/Module.cpp" in report
+    for path in ("aten/src/ATen/mps/MPSDevice.mm", "aten/src/ATen/mps/EmptyTensor.cpp", "setup.py"):
+        assert f"applies  {path}" in report
     assert "FAIL" not in report
 
 
@@ -171,8 +172,8 @@ def test_real_wheel(version: str) -> None:
     result = _cli(str(root), *(() if HAVE_CXX else ("--no-python",)))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"torch {version}" in result.stdout
-    assert "(as torch/_C/__init__.pyi)" in result.stdout
-    assert "absent   torch/csrc/mps/Module.cpp" in result.stdout
+    assert "applies  aten/src/ATen/mps/MPSDevice.h (as torch/include/ATen/mps/MPSDevice.h)" in result.stdout
+    assert "absent   aten/src/ATen/mps/MPSDevice.mm" in result.stdout
     assert "FAIL" not in result.stdout
     if HAVE_CXX:
         assert (
@@ -197,8 +198,8 @@ def test_version_override_picks_another_series() -> None:
 
 
 @pytest.mark.upstream
-def test_fails_on_a_modified_wheel_stub(tmp_path: Path) -> None:
-    """A wheel-shaped copy whose generated stub lost 0003's anchor: fails, naming the .pyi.in hunk."""
+def test_fails_on_a_modified_wheel_header(tmp_path: Path) -> None:
+    """A wheel-shaped copy whose MPSDevice.h lost a hook's anchor: fails, naming patch and file."""
     source = wheel_dir("2.15.0")
     if not (source / "torch").is_dir():
         pytest.skip(f"no unpacked 2.15.0 wheel at {source}")
@@ -210,14 +211,14 @@ def test_fails_on_a_modified_wheel_stub(tmp_path: Path) -> None:
             if mapped and not change.is_new and (source / mapped).is_file():
                 (wheel / mapped).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source / mapped, wheel / mapped)
-    stub = wheel / "torch" / "_C" / "__init__.pyi"
-    text = stub.read_text()
-    anchor = "# Defined in torch/csrc/mps/Module.cpp\n"
+    header = wheel / "torch" / "include" / "ATen" / "mps" / "MPSDevice.h"
+    text = header.read_text()
+    anchor = "  ~MPSDevice();\n"
     assert anchor in text
-    stub.write_text(text.replace(anchor, "# Defined in torch/csrc/mps/Module.cpp (moved)\n"))
+    header.write_text(text.replace(anchor, "  virtual ~MPSDevice();\n"))
 
     with pytest.raises(PatchConflict) as caught:
         upstream_check.check(wheel, python_layer=False, out=lambda line: None)
     message = str(caught.value)
-    assert "0003-mps-python-opt-in-and-device-report.patch" in message
-    assert "torch/_C/__init__.pyi.in" in message
+    assert "0005-mps-hooks-into-upstream.patch" in message
+    assert "aten/src/ATen/mps/MPSDevice.h" in message

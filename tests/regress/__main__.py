@@ -1,7 +1,12 @@
 """python -m tests.regress --device D --out DIR [--quick] [--self-test] [--ops OP ...]
 
-Exit codes: 0 no unexpected failure; 1 unexpected failure(s) (or, with --self-test, the planted
-fault was caught, which is also reported as a failure); 2 the device cannot be used.
+Each group (OpInfo parity, memory paths, training smoke, patched-build checks) runs in its own
+subprocess: a process abort (a Metal validation failure aborts) is recorded as that group's
+failure, with its stderr, and the rest of the report survives.
+
+Exit codes: 0 no unexpected failure (with a planted fault: it was caught and nothing else
+failed); 1 unexpected failure(s); 2 the device cannot be used; 3 a planted fault was not
+caught (the suite itself is broken).
 """
 
 from __future__ import annotations
@@ -10,14 +15,17 @@ import argparse
 import datetime as dt
 import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import _known, _ops, _parity, _patched, _report, _training
+from . import _faults, _known, _memory, _ops, _parity, _patched, _report, _training
 from ._device import (
     DEVICE_TYPES,
     describe,
@@ -29,6 +37,9 @@ from ._device import (
 )
 
 UNEXPECTED = ("fail", "error")
+GROUPS = ("parity", "memory", "training", "patched")
+ROOT = Path(__file__).resolve().parents[2]
+EXIT_FAULT_MISSED = 3
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -79,6 +90,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-parity", action="store_true", help="skip the op parity checks")
     p.add_argument("--no-training", action="store_true", help="skip the training smoke")
     p.add_argument("--no-patched", action="store_true", help="skip the patched-build checks")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory-path checks")
+    p.add_argument(
+        "--memory-fraction",
+        type=float,
+        default=0.6,
+        help="allocate up to this fraction of the device's recommended working set (default 0.6)",
+    )
+    p.add_argument(
+        "--memory-bytes",
+        type=int,
+        default=None,
+        help="allocation budget in bytes instead of --memory-fraction (needed on the CPU)",
+    )
+    # Internal: run one group in this process and write its results to a file.
+    p.add_argument("--worker", choices=GROUPS, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument(
         "--known-failures",
         type=Path,
@@ -103,92 +130,246 @@ def _configure_precision(device: str) -> None:
     torch.set_warn_always(True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    device = resolve_device(args.device, "regress")
-    reason = unavailable_reason(device)
-    if reason is not None:
-        print(f"regress: cannot use device {device!r}: {reason}", file=sys.stderr)
-        return 2
-    _configure_precision(device)
-    fault = _parity.PlantedFault() if args.self_test else _parity.fault_from_env()
-    info = describe(device)
-    started = dt.datetime.now(dt.timezone.utc)
-    print(
-        f"regress: device {device} = {info.name} (family {info.family}); torch {torch.__version__}"
-        f"{'; SELF-TEST: fault planted in ' + fault.op if fault else ''}",
-        flush=True,
-    )
+def _planted(args: argparse.Namespace) -> list[_parity.PlantedFault]:
+    faults = [_parity.PlantedFault()] if args.self_test else []
+    # A kernel fault changes no output here: its catcher row must fail by itself.
+    kernel = [
+        _parity.PlantedFault(_faults.FAULTS[n].catcher, 0.0, "kernel") for n in _faults.from_env()
+    ]
+    return faults + _parity.fault_from_env() + kernel
 
+
+def _parity_group(args: argparse.Namespace, device: str) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     dtype_notes: dict[str, str] = {}
-    known_table = _known.load(args.known_failures)
     samples = args.samples or (2 if args.quick else 8)
-    if not args.no_parity:
-        ops = args.ops or (list(_ops.QUICK) if args.quick else _ops.all_ops())
-        unknown = [op for op in ops if op not in _ops.FAMILY_OF]
-        if unknown:
-            print(
-                f"regress: not in the curated op set: {unknown}; see tests/regress/_ops.py",
-                file=sys.stderr,
+    ops = args.ops or (list(_ops.QUICK) if args.quick else _ops.all_ops())
+    wanted = args.dtypes or (
+        ["float32", "float16"] if args.quick else ["float32", "float16", "bfloat16"]
+    )
+    dtypes = [d for d, n in _parity.DTYPE_NAMES.items() if n in wanted]
+    t0 = time.perf_counter()
+    runner = _parity.ParityRunner(
+        device,
+        _parity.load_tolerances(),
+        samples,
+        tuple(_planted(args)),
+        op_db_index=_parity.opinfo_index(_parity.import_op_db()),
+    )
+    print(
+        f"regress: OpInfo database loaded in {time.perf_counter() - t0:.1f}s; "
+        f"{len(ops)} ops x {[_parity.DTYPE_NAMES[d] for d in dtypes]}",
+        flush=True,
+    )
+    for dtype in dtypes:
+        dname = _parity.DTYPE_NAMES[dtype]
+        ok, why = dtype_supported(device, dtype)
+        if not ok:
+            # One result for the whole dtype: listing 95 identical "unsupported" lines says less.
+            dtype_notes[dname] = why
+            results.append(
+                _parity.Result(
+                    "*", "*", dname, "forward", "unsupported", detail=f"device probe: {why}"
+                ).as_dict()
             )
-            return 2
-        wanted = args.dtypes or (
-            ["float32", "float16"] if args.quick else ["float32", "float16", "bfloat16"]
-        )
-        dtypes = [d for d, n in _parity.DTYPE_NAMES.items() if n in wanted]
-        t0 = time.perf_counter()
-        runner = _parity.ParityRunner(
-            device,
-            _parity.load_tolerances(),
-            samples,
-            fault,
-            op_db_index=_parity.opinfo_index(_parity.import_op_db()),
-        )
-        print(
-            f"regress: OpInfo database loaded in {time.perf_counter() - t0:.1f}s; "
-            f"{len(ops)} ops x {[_parity.DTYPE_NAMES[d] for d in dtypes]}",
-            flush=True,
-        )
-        for dtype in dtypes:
-            dname = _parity.DTYPE_NAMES[dtype]
-            ok, why = dtype_supported(device, dtype)
-            if not ok:
-                # One result for the whole dtype: listing 95 identical "unsupported" lines says less.
-                dtype_notes[dname] = why
-                results.append(
-                    _parity.Result(
-                        "*", "*", dname, "forward", "unsupported", detail=f"device probe: {why}"
-                    ).as_dict()
-                )
-                continue
-            for op in ops:
-                for res in runner.run_op(op, _ops.FAMILY_OF[op], dtype):
-                    results.append(res.as_dict())
-        for res in results:
-            known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"])
-            res["raw_status"] = res["status"]
-            res["status"] = _known.apply(res["status"], known)
-            res["known"] = known.as_dict() if known else None
+            continue
+        for op in ops:
+            for res in runner.run_op(op, _ops.FAMILY_OF[op], dtype):
+                results.append(res.as_dict())
+    return {"results": results, "dtype_notes": dtype_notes, "samples": samples}
 
-    training: list[dict[str, Any]] = []
-    if not args.no_training:
+
+def _run_group_here(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """One group, in this process (the worker)."""
+    abort = os.environ.get("INTELMAC_REGRESS_PLANT_ABORT", "")
+    if name in abort.split(","):
+        # Test tooling: stands for a Metal validation failure, which aborts the process.
+        print(f"regress: planted abort in group {name} (INTELMAC_REGRESS_PLANT_ABORT)", file=sys.stderr, flush=True)
+        os.abort()
+    _faults.install_from_env(name, device)
+    if name == "parity":
+        return _parity_group(args, device)
+    if name == "memory":
+        memory = _memory.run(
+            device,
+            tuple(f for f in _planted(args) if f.memory),
+            args.memory_bytes,
+            args.memory_fraction,
+        )
+        return {"memory": memory}
+    if name == "training":
         steps = args.train_steps or (6 if args.quick else 20)
+        training = []
         for tr in _training.run(device, steps, _parity.training_tolerance()):
             training.append(tr.as_dict())
             print(
                 f"regress: training {tr.model}: {tr.status} (max |loss diff| {tr.max_abs_diff:.2e})",
                 flush=True,
             )
+        return {"training": training}
+    return {"patched": [c.as_dict() for c in _patched.run_checks()]}
 
-    patched: list[dict[str, Any]] = []
+
+def _tail(text: str, limit: int = 4000) -> str:
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def run_group(name: str, argv: list[str], device: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run one group in a subprocess; its payload and a record of how the process ended."""
+    with tempfile.TemporaryDirectory(prefix=f"regress-{name}-") as tmp:
+        out = Path(tmp) / "group.json"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.regress", *argv, "--device", device,
+             "--worker", name, "--worker-out", str(out)],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            check=False,
+        )
+        seconds = time.perf_counter() - t0
+        payload = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
+    if proc.stderr:
+        sys.stderr.write(proc.stderr)
+    record: dict[str, Any] = {
+        "status": "ok",
+        "returncode": proc.returncode,
+        "seconds": round(seconds, 2),
+        "detail": "",
+        "stderr_tail": _tail(proc.stderr or ""),
+    }
+    if proc.returncode < 0:
+        try:
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = f"signal {-proc.returncode}"
+        record["status"] = "error"
+        record["detail"] = f"the group's process ended by {sig}; its results are lost"
+    elif proc.returncode != 0 or payload is None:
+        record["status"] = "error"
+        record["detail"] = f"the group's process exited {proc.returncode} without results"
+    if record["status"] != "ok":
+        print(f"regress: group {name}: {record['detail']}", file=sys.stderr, flush=True)
+    return payload or {}, record
+
+
+def _worker(args: argparse.Namespace, device: str) -> int:
+    _configure_precision(device)
+    payload = _run_group_here(args.worker, args, device)
+    assert args.worker_out is not None
+    args.worker_out.write_text(json.dumps(payload, default=str), encoding="utf-8")
+    return 0
+
+
+def _self_test(
+    faults: list[_parity.PlantedFault], rows: list[dict[str, Any]]
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Which planted faults were caught, and the unexpected rows that are not theirs."""
+    if not faults:
+        return None, rows
+    theirs = [r for r in rows if any(f.targets(r["op"]) for f in faults)]
+    caught_faults = [f for f in faults if any(f.targets(r["op"]) for r in theirs)]
+    record = {
+        "planted": [f.as_dict() for f in faults],
+        "planted_op": faults[0].op,
+        "relative_noise": faults[0].relative,
+        "caught": len(caught_faults) == len(faults),
+        "missed": [f.op for f in faults if f not in caught_faults],
+        "caught_in": [
+            f"memory/{r['op'][len(_parity.MEMORY_PREFIX):]}"
+            if r["op"].startswith(_parity.MEMORY_PREFIX)
+            else f"{r['dtype']}/{r['check']}"
+            for r in theirs
+        ],
+    }
+    return record, [r for r in rows if r not in theirs]
+
+
+def ops_summary(results: list[dict[str, Any]]) -> tuple[int, list[str], list[str]]:
+    """Ops checked, ops passing (every row of the op passes), ops failing (any row fails or
+    errors, expected or not). Rows for a whole dtype ("*") belong to no op."""
+    by_op: dict[str, list[str]] = {}
+    for r in results:
+        if r["op"] != "*":
+            by_op.setdefault(r["op"], []).append(r["status"])
+    passing = [op for op, st in by_op.items() if st and all(s == "pass" for s in st)]
+    failing = [op for op, st in by_op.items() if any(s in ("fail", "error", "xfail") for s in st)]
+    return len(by_op), passing, failing
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
+    device = resolve_device(args.device, "regress")
+    reason = unavailable_reason(device)
+    if reason is not None:
+        print(f"regress: cannot use device {device!r}: {reason}", file=sys.stderr)
+        return 2
+    try:
+        faults = _planted(args)
+        _faults.from_env()
+    except ValueError as exc:
+        print(f"regress: {exc}", file=sys.stderr)
+        return 2
+    if args.worker:
+        return _worker(args, device)
+    ops = args.ops or (list(_ops.QUICK) if args.quick else _ops.all_ops())
+    unknown = [op for op in ops if op not in _ops.FAMILY_OF]
+    if unknown:
+        print(
+            f"regress: not in the curated op set: {unknown}; see tests/regress/_ops.py",
+            file=sys.stderr,
+        )
+        return 2
+    info = describe(device)
+    started = dt.datetime.now(dt.timezone.utc)
+    kernel_faults = _faults.from_env()
+    print(
+        f"regress: device {device} = {info.name} (family {info.family}); torch {torch.__version__}"
+        f"{'; SELF-TEST: fault planted in ' + ', '.join(f.op for f in faults) if faults else ''}"
+        f"{'; kernel fault(s) planted: ' + ', '.join(kernel_faults) if kernel_faults else ''}",
+        flush=True,
+    )
+    known_table = _known.load(args.known_failures)
+    wanted = {
+        "parity": not args.no_parity,
+        "memory": not args.no_memory,
+        "training": not args.no_training,
+        "patched": not args.no_patched and _patched.skip_reason() is None,
+    }
+    payloads: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for name in GROUPS:
+        if wanted[name]:
+            payloads[name], groups[name] = run_group(name, raw_argv, device)
+        else:
+            groups[name] = {"status": "skipped", "detail": "not run (option or host)"}
+
+    results: list[dict[str, Any]] = payloads.get("parity", {}).get("results", [])
+    dtype_notes: dict[str, str] = payloads.get("parity", {}).get("dtype_notes", {})
+    samples = payloads.get("parity", {}).get("samples", args.samples or (2 if args.quick else 8))
+    for res in results:
+        known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"])
+        res["raw_status"] = res["status"]
+        res["status"] = _known.apply(res["status"], known)
+        res["known"] = known.as_dict() if known else None
+    memory: list[dict[str, Any]] = payloads.get("memory", {}).get("memory", [])
+    training: list[dict[str, Any]] = payloads.get("training", {}).get("training", [])
     skip = "--no-patched" if args.no_patched else _patched.skip_reason()
-    if skip is None:
-        patched = [c.as_dict() for c in _patched.run_checks()]
-    else:
+    patched: list[dict[str, Any]] = payloads.get("patched", {}).get("patched", [])
+    if skip is not None:
         patched = [{"name": "patched-build checks", "status": "skip", "detail": skip}]
 
     unexpected = [r for r in results if r["status"] in UNEXPECTED]
+    unexpected += [
+        {"op": m["op"], "check": "memory", "dtype": m["name"].partition(":")[2] or "-", **m}
+        for m in memory
+        if m["status"] in UNEXPECTED
+    ]
     unexpected += [
         {"op": t["model"], "check": "training", "dtype": "float32", **t}
         for t in training
@@ -199,23 +380,28 @@ def main(argv: list[str] | None = None) -> int:
         for c in patched
         if c["status"] in UNEXPECTED
     ]
+    unexpected += [
+        {"op": f"group {name}", "check": "group", "dtype": "-", "status": "error",
+         "detail": f"{g['detail']}; stderr: {g['stderr_tail'][-300:].strip()}"}
+        for name, g in groups.items()
+        if g["status"] == "error"
+    ]
     xpass = [r for r in results if r["status"] == "xpass"]
-    self_test = None
-    if fault is not None:
-        caught = [r for r in results if r["op"] == fault.op and r["status"] in UNEXPECTED]
-        self_test = {
-            "planted_op": fault.op,
-            "relative_noise": fault.relative,
-            "caught": bool(caught),
-            "caught_in": [f"{r['dtype']}/{r['check']}" for r in caught],
-        }
-    exit_code = 1 if unexpected or (args.strict_xpass and xpass) else 0
+    self_test, unexpected = _self_test(faults, unexpected)
+    if self_test is not None and kernel_faults:
+        self_test["kernel_faults"] = kernel_faults
     if self_test is not None and not self_test["caught"]:
-        exit_code = 1  # a self-test that misses its fault is itself a failure of the suite
+        exit_code = EXIT_FAULT_MISSED  # a planted fault that goes unreported: the suite is broken
+    else:
+        exit_code = 1 if unexpected or (args.strict_xpass and xpass) else 0
 
     counts: dict[str, int] = {}
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
+    memory_counts: dict[str, int] = {}
+    for m in memory:
+        memory_counts[m["status"]] = memory_counts.get(m["status"], 0) + 1
+    checked, passing, failing = ops_summary(results)
     report = {
         "tool": "tests.regress",
         "started_at": started.isoformat(timespec="seconds"),
@@ -226,26 +412,35 @@ def main(argv: list[str] | None = None) -> int:
         "options": {
             "quick": args.quick,
             "samples": samples,
-            "self_test": fault is not None,
+            "self_test": bool(faults),
+            "kernel_faults": kernel_faults,
             "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "") == "1",
-            "argv": sys.argv[1:] if argv is None else argv,
+            "memory_fraction": args.memory_fraction,
+            "memory_bytes": args.memory_bytes,
+            "argv": raw_argv,
         },
         "dtype_support": {n: (n not in dtype_notes) for n in (_parity.DTYPE_NAMES.values())},
         "dtype_notes": dtype_notes,
         "summary": {
             "counts": counts,
-            "ops_checked": len({r["op"] for r in results if r["op"] != "*"}),
-            "ops_passing_on_device": len({r["op"] for r in results if r["status"] == "pass"}),
+            "ops_checked": checked,
+            "ops_passing_on_device": len(passing),
+            "ops_failing_on_device": failing,
+            "memory_counts": memory_counts,
             "unexpected_failures": len(unexpected),
             "unexpected_passes": len(xpass),
             "training": {t["model"]: t["status"] for t in training},
             "patched_checks": {
                 c["status"]: sum(1 for x in patched if x["status"] == c["status"]) for c in patched
             },
+            "groups": {name: g["status"] for name, g in groups.items()},
             "exit_code": exit_code,
         },
         "self_test": self_test,
+        "groups": groups,
+        "unexpected": unexpected,
         "results": results,
+        "memory": memory,
         "training": training,
         "patched_checks": patched,
     }

@@ -86,6 +86,8 @@ class Result:
     detail: str = ""
     seconds: float = 0.0
     known: dict[str, Any] | None = None
+    skipped: int = 0  # samples whose check could not run (detail says why)
+    nan_count: int = 0  # NaNs on the device where the CPU has a number
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -163,6 +165,8 @@ class Comparison:
     max_abs: float = 0.0
     max_rel: float = 0.0
     message: str = ""
+    nan_count: int = 0  # NaN on one side only
+    nonempty: bool = False  # at least one element was compared
 
 
 IndexCheck = Callable[[int, torch.Tensor, torch.Tensor], bool]
@@ -194,6 +198,7 @@ def compare(
             return Comparison(
                 False, message=f"output {i}: shape {tuple(a.shape)} vs CPU {tuple(e.shape)}"
             )
+        worst.nonempty = worst.nonempty or e.numel() > 0
         if not e.is_floating_point() and not e.is_complex():
             if a.dtype != e.dtype:
                 return Comparison(False, message=f"output {i}: dtype {a.dtype} vs CPU {e.dtype}")
@@ -209,27 +214,36 @@ def compare(
             return Comparison(False, message=f"output {i}: dtype {a.dtype} vs CPU {e.dtype}")
         a64, e64 = a.to(torch.float64), e.to(torch.float64)
         nan_a, nan_e = torch.isnan(a64), torch.isnan(e64)
-        if not torch.equal(nan_a, nan_e):
-            return Comparison(
-                False,
-                message=f"output {i}: NaN at {int((nan_a ^ nan_e).sum())} positions "
-                f"where the CPU has {'none' if not nan_e.any() else 'others'}",
-            )
+        nan_bad = int((nan_a ^ nan_e).sum())
         inf_e = torch.isinf(e64)
-        if not torch.equal(torch.isinf(a64), inf_e) or not torch.equal(a64[inf_e], e64[inf_e]):
-            return Comparison(False, message=f"output {i}: infinities differ from the CPU's")
-        finite = ~(nan_e | inf_e)
-        if not finite.any():
-            continue
+        inf_ok = torch.equal(torch.isinf(a64), inf_e) and torch.equal(a64[inf_e], e64[inf_e])
+        # The error of the finite part is measured even when NaNs or infinities are wrong:
+        # a report that says "max rel err 0" next to a NaN failure hides what else is off.
+        finite = ~(nan_e | inf_e) & torch.isfinite(a64)
         diff = (a64 - e64).abs()[finite]
         ref = e64.abs()[finite]
-        max_abs = float(diff.max())
+        max_abs = float(diff.max()) if diff.numel() else 0.0
         max_rel = float((diff / ref.clamp_min(1e-30)).max()) if ref.numel() else 0.0
         worst.max_abs = max(worst.max_abs, max_abs)
         worst.max_rel = max(worst.max_rel, max_rel)
+        finite_part = f"finite part max abs err {max_abs:.3g}, max rel err {max_rel:.3g}"
+        if nan_bad:
+            worst.ok = False
+            worst.nan_count += nan_bad
+            worst.message = (
+                f"output {i}: {nan_bad} NaN at positions where the CPU has "
+                f"{'numbers' if not nan_e.any() else 'other values'}; {finite_part}"
+            )
+            continue
+        if not inf_ok:
+            worst.ok = False
+            worst.message = f"output {i}: infinities differ from the CPU's; {finite_part}"
+            continue
+        if not diff.numel():
+            continue
         scale = ref if tol.relative_to == "element" else ref.max().expand_as(ref)
         bad = diff > tol.atol + tol.rtol * scale
-        if bool(bad.any()):
+        if bool(bad.any()) and worst.ok:
             worst.ok = False
             worst.message = (
                 f"output {i}: {int(bad.sum())} of {int(finite.sum())} elements outside "
@@ -284,32 +298,90 @@ def index_checker(op_name: str, sample: Any) -> IndexCheck | None:
 # --- the planted fault ---------------------------------------------------------------------
 
 
+MEMORY_PREFIX = "memory."
+
+
 @dataclass(frozen=True)
 class PlantedFault:
-    """Self-test: perturb one op's device output by `relative` noise. The suite must catch it."""
+    """Self-test: corrupt one op's device output; the suite must catch it.
+
+    `mode` "noise" multiplies by 1 +- `relative` with random signs; "nan" puts a NaN in the
+    first element of every non-empty floating output. An `op` that starts with "memory."
+    names a prefix of the memory group's checks (tests/regress/_memory.py), whose device
+    result then has its last element off by one (a stale element, as a short copy leaves it).
+    """
 
     op: str = "add"
     relative: float = 1e-2
+    mode: str = "noise"
+
+    @property
+    def memory(self) -> bool:
+        return self.op.startswith(MEMORY_PREFIX)
+
+    def targets(self, op: str) -> bool:
+        """Whether a result row of `op` (memory checks: "memory.<check>") is this fault's."""
+        return op.startswith(self.op) if self.memory else op == self.op
 
     def apply(self, out: Any, seed: int) -> Any:
+        if self.mode == "kernel":
+            return out  # planted in a kernel (tests/regress/_faults.py): nothing to add here
         gen = torch.Generator().manual_seed(seed)
 
         def perturb(t: torch.Tensor) -> torch.Tensor:
+            if self.memory:
+                if t.numel() == 0:
+                    return t
+                t = t.clone(memory_format=torch.contiguous_format)
+                last = t.view(-1)[-1:]
+                if t.dtype == torch.bool:
+                    last.logical_not_()
+                else:
+                    last.add_(1)
+                return t
             if not t.is_floating_point():
+                return t
+            if self.mode == "nan":
+                if t.numel() == 0:
+                    return t
+                t = t.clone()
+                t.view(-1)[0] = float("nan")
                 return t
             signs = (torch.randint(0, 2, t.shape, generator=gen) * 2 - 1).to(t.device, t.dtype)
             return t * (1 + self.relative * signs)
 
         return _map_tensors(out, perturb)
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "relative": self.relative, "mode": self.mode}
 
-def fault_from_env() -> PlantedFault | None:
-    """INTELMAC_REGRESS_PLANT_FAULT=<op>[:<relative>] plants the fault like --self-test."""
-    raw = os.environ.get("INTELMAC_REGRESS_PLANT_FAULT", "").strip()
-    if not raw:
-        return None
-    op, _, rel = raw.partition(":")
-    return PlantedFault(op or "add", float(rel) if rel else 1e-2)
+
+def parse_faults(raw: str) -> list[PlantedFault]:
+    """`<op>[:<relative>|:nan]`, comma-separated: e.g. "mm:nan,memory.copy_h2d_offset"."""
+    faults = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        op, _, arg = item.partition(":")
+        op = op or "add"
+        if arg == "nan":
+            faults.append(PlantedFault(op, 0.0, "nan"))
+            continue
+        try:
+            rel = float(arg) if arg else 1e-2
+        except ValueError:
+            raise ValueError(
+                f"INTELMAC_REGRESS_PLANT_FAULT: {item!r}: after ':' give a relative error "
+                "(e.g. mm:0.05) or 'nan'"
+            ) from None
+        faults.append(PlantedFault(op, rel))
+    return faults
+
+
+def fault_from_env() -> list[PlantedFault]:
+    """INTELMAC_REGRESS_PLANT_FAULT plants faults like --self-test (see parse_faults)."""
+    return parse_faults(os.environ.get("INTELMAC_REGRESS_PLANT_FAULT", ""))
 
 
 # --- running one op ------------------------------------------------------------------------
@@ -360,10 +432,13 @@ def _grads(
 @dataclass
 class _Accumulator:
     status: str = "pass"
-    samples: int = 0
+    samples: int = 0  # samples compared
+    nonempty: int = 0  # compared samples with at least one element
     max_abs: float = 0.0
     max_rel: float = 0.0
+    nan_count: int = 0
     detail: str = ""
+    skips: list[str] = field(default_factory=list)  # "sample i: why" for each sample left out
 
     def worse(self, status: str, detail: str) -> None:
         if STATUS_ORDER.index(status) < STATUS_ORDER.index(self.status):
@@ -371,13 +446,39 @@ class _Accumulator:
         elif status == "skip" and not self.detail:
             self.detail = detail  # why a sample was left out, kept for the report
 
+    def skip(self, detail: str) -> None:
+        self.skips.append(detail)
+
+    def add(self, cmp: Comparison) -> None:
+        self.samples += 1
+        self.nonempty += int(cmp.nonempty)
+        self.max_abs, self.max_rel = max(self.max_abs, cmp.max_abs), max(self.max_rel, cmp.max_rel)
+        self.nan_count += cmp.nan_count
+
+    def outcome(self) -> tuple[str, str]:
+        """Status and detail of the row. A pass needs a compared sample with elements in it:
+        empty samples (0 x 5, 5 x 0) alone prove nothing. Samples left out are counted."""
+        status, detail = self.status, self.detail
+        if status == "pass" and not self.nonempty:
+            status = "skip"
+            detail = (
+                f"only empty samples compared ({self.samples})"
+                if self.samples
+                else "no sample compared"
+            )
+        if self.skips:
+            shown = "; ".join(self.skips[:3]) + ("; ..." if len(self.skips) > 3 else "")
+            note = f"{len(self.skips)} sample(s) skipped: {shown}"
+            detail = f"{detail}; {note}" if detail else note
+        return status, detail
+
 
 @dataclass
 class ParityRunner:
     device: str
     tolerances: dict[str, dict[str, Tolerance]]
     max_samples: int = 8
-    fault: PlantedFault | None = None
+    faults: tuple[PlantedFault, ...] = ()
     seed: int = 0
     op_db_index: dict[str, Any] = field(default_factory=dict)
 
@@ -433,40 +534,36 @@ class ParityRunner:
         except Exception as exc:  # noqa: BLE001  # sample generation itself failed: a suite problem, say so
             fwd.worse("error", f"sample generation: {_short(exc)}")
         seconds = time.perf_counter() - started
-        results = [
-            Result(
-                op_name,
-                family,
-                dname,
-                "forward",
-                fwd.status if fwd.samples or fwd.status != "pass" else "skip",
-                fwd.samples,
-                fwd.max_abs,
-                fwd.max_rel,
-                tol.atol,
-                tol.rtol,
-                fwd.detail or ("" if fwd.samples else "no usable sample"),
-                seconds,
-            )
-        ]
-        if want_grad and (grad.samples or grad.status != "pass"):
+        rows = [("forward", fwd, tol, seconds)]
+        if want_grad:
+            # Always a gradient row: a gradient check that could not run is reported as
+            # skipped, with why, never left out.
+            rows.append(("grad", grad, gtol, 0.0))
+        results = []
+        for check, acc, t, secs in rows:
+            status, detail = acc.outcome()
             results.append(
                 Result(
                     op_name,
                     family,
                     dname,
-                    "grad",
-                    grad.status,
-                    grad.samples,
-                    grad.max_abs,
-                    grad.max_rel,
-                    gtol.atol,
-                    gtol.rtol,
-                    grad.detail,
-                    0.0,
+                    check,
+                    status,
+                    acc.samples,
+                    acc.max_abs,
+                    acc.max_rel,
+                    t.atol,
+                    t.rtol,
+                    detail,
+                    secs,
+                    skipped=len(acc.skips),
+                    nan_count=acc.nan_count,
                 )
             )
         return results
+
+    def fault_for(self, op_name: str) -> PlantedFault | None:
+        return next((f for f in self.faults if not f.memory and f.op == op_name), None)
 
     def _run_sample(
         self,
@@ -491,24 +588,32 @@ class ParityRunner:
                 ref = _call(info, ref_sample)
         except Exception as exc:  # noqa: BLE001
             fwd.worse("skip", f"{where}: CPU reference raised {_short(exc)}")
+            if want_grad:
+                grad.skip(f"{where}: CPU reference raised")
             return
         dev_sample = sample.transform(_to(self.device, None))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
                 out = _call(info, dev_sample)
-                if self.fault is not None and self.fault.op == op_name:
-                    out = self.fault.apply(out, self.seed + index)
+                fault = self.fault_for(op_name)
+                if fault is not None:
+                    out = fault.apply(out, self.seed + index)
                 synchronize(self.device)
             except Exception as exc:  # noqa: BLE001
-                fwd.worse(_classify(exc), f"{where}: {_short(exc)}")
+                status = _classify(exc)
+                fwd.worse(status, f"{where}: {_short(exc)}")
+                if want_grad:
+                    grad.skip(f"{where}: forward {'unsupported' if status == 'unsupported' else 'raised'}")
                 return
         fell_back = any(_FALLBACK_WARNING.search(str(w.message)) for w in caught)
-        fwd.samples += 1
         cmp = compare(out, ref, tol, low, index_checker(op_name, ref_sample))
-        fwd.max_abs, fwd.max_rel = max(fwd.max_abs, cmp.max_abs), max(fwd.max_rel, cmp.max_rel)
+        fwd.add(cmp)
+        out_nonempty = cmp.nonempty
         if not cmp.ok:
             fwd.worse("fail", f"{where}: {cmp.message}")
+            if want_grad:
+                grad.skip(f"{where}: forward failed")
             return
         if fell_back:
             # The op ran on the CPU through PYTORCH_ENABLE_MPS_FALLBACK: correct, but it is not
@@ -531,14 +636,18 @@ class ParityRunner:
             for t in _flatten(ref)
             if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
         ]
-        if not ref_inputs or not ref_outs or not all(torch.isfinite(o).all() for o in ref_outs):
+        if not ref_inputs or not ref_outs:
+            grad.skip(f"{where}: no differentiable input or output")
+            return
+        if not all(torch.isfinite(o).all() for o in ref_outs):
+            grad.skip(f"{where}: CPU output not finite")
             return
         gen = torch.Generator().manual_seed(1000 + index)
         weights = [torch.rand(o.shape, generator=gen, dtype=torch.float32) for o in ref_outs]
         try:
             ref_grads = _grads(ref, ref_inputs, weights)
         except Exception as exc:  # noqa: BLE001
-            grad.worse("skip", f"{where}: CPU backward raised {_short(exc)}")
+            grad.skip(f"{where}: CPU backward raised {_short(exc)}")
             return
         try:
             dev_grads = _grads(out, dev_inputs, weights)
@@ -546,13 +655,15 @@ class ParityRunner:
         except Exception as exc:  # noqa: BLE001
             grad.worse(_classify(exc), f"{where}: backward {_short(exc)}")
             return
-        grad.samples += 1
         pairs = [(d, r) for d, r in zip(dev_grads, ref_grads) if r is not None or d is not None]
         for d, r in pairs:
             if (d is None) != (r is None):
+                grad.samples += 1
                 grad.worse("fail", f"{where}: gradient present on one side only")
                 return
         cmp = compare([d for d, _ in pairs], [r for _, r in pairs], gtol, None)
-        grad.max_abs, grad.max_rel = max(grad.max_abs, cmp.max_abs), max(grad.max_rel, cmp.max_rel)
+        # An empty output (0 x 5 @ 5 x 5) gives all-zero gradients: they prove nothing either.
+        cmp.nonempty = cmp.nonempty and out_nonempty
+        grad.add(cmp)
         if not cmp.ok:
             grad.worse("fail", f"{where}: gradient {cmp.message}")

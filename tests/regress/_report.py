@@ -12,8 +12,36 @@ _SYMBOL = {
     "fallback": "fallback",
     "xfail": "xfail",
     "xpass": "XPASS",
-    "skip": "-",
+    "skip": "skip",
 }
+
+_TITLE = {"mps": "Metal (MPS)", "cuda": "CUDA", "xpu": "XPU", "cpu": "CPU"}
+
+
+def report_title(dev: dict[str, Any]) -> str:
+    """The report's title names the device it ran on, not the one the project is for."""
+    return f"# Regression report: {dev['name']} (`{dev['type']}`, {_TITLE.get(dev['type'], dev['type'])})"
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    ok = report["summary"]["exit_code"] == 0
+    if report.get("self_test"):
+        # With a planted fault, failures are the point: say what the exit code means.
+        caught = report["self_test"]["caught"]
+        return (
+            "SELF-TEST PASS, planted fault caught"
+            if ok
+            else "SELF-TEST FAIL, "
+            + ("planted fault NOT caught" if not caught else "other failures too")
+        )
+    return "PASS" if ok else "FAIL"
+
+
+def _err(r: dict[str, Any] | None) -> str:
+    if not r or r.get("max_rel_err") is None:
+        return ""
+    text = f"{r['max_rel_err']:.1e}"
+    return text + (f" + {r['nan_count']} NaN" if r.get("nan_count") else "")
 
 
 def _cell(rows: list[dict[str, Any]], op: str, dtype: str, check: str) -> str:
@@ -28,7 +56,7 @@ def markdown(
 ) -> str:
     dev, tv, summ = report["device"], report["torch"], report["summary"]
     lines = [
-        "# MPS-on-Intel regression report",
+        report_title(dev),
         "",
         f"- Device: `{dev['type']}` = **{dev['name']}** (family `{dev['family']}`, name from {dev['name_source']})",
         f"- torch {tv['version']} (git {tv['git_version']}); patched MPS API: {tv['patched_mps_api']}",
@@ -41,26 +69,52 @@ def markdown(
         + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in report["dtype_support"].items()),
         "",
         (
-            f"**Result: {'PASS' if summ['exit_code'] == 0 else 'FAIL'}** (exit {summ['exit_code']}): "
+            f"**Result: {_verdict(report)}** (exit {summ['exit_code']}): "
             f"{summ['unexpected_failures']} unexpected failure(s), "
             f"{summ['unexpected_passes']} unexpected pass(es); "
             f"{summ['ops_checked']} ops checked, "
-            f"{summ['ops_passing_on_device']} passing on the device."
+            f"{summ['ops_passing_on_device']} passing on the device (every row of the op passes)"
+            + (
+                f"; failing: {', '.join(summ['ops_failing_on_device'])}."
+                if summ["ops_failing_on_device"]
+                else "."
+            )
         ),
         "",
         "Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(summ["counts"].items())),
         "",
+        "Memory checks: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ["memory_counts"].items())) or "none"),
+        "",
+        "Groups (each in its own process): "
+        + ", ".join(f"{k} {v}" for k, v in summ["groups"].items()),
+        "",
     ]
     if report.get("self_test"):
         st = report["self_test"]
+        planted = ", ".join(
+            f"`{p['op']}` ({'kernel' if p['mode'] == 'kernel' else p['mode'] if p['mode'] == 'nan' else format(p['relative'], 'g') + ' relative noise'})"
+            for p in st["planted"]
+        )
         lines += [
             (
-                f"**Self-test:** fault planted in `{st['planted_op']}` "
-                f"({st['relative_noise']:g} relative noise): "
-                f"{'CAUGHT in ' + ', '.join(st['caught_in']) if st['caught'] else 'NOT CAUGHT'}"
+                f"**Self-test:** fault(s) planted in {planted}: "
+                f"{'CAUGHT in ' + ', '.join(st['caught_in']) if st['caught'] else 'NOT CAUGHT: ' + ', '.join(st['missed'])}"
             ),
             "",
         ]
+    broken = {k: g for k, g in report.get("groups", {}).items() if g["status"] == "error"}
+    if broken:
+        lines += ["## Groups that did not finish", ""]
+        for name, g in broken.items():
+            lines += [
+                f"**group {name}**: {g['detail']} (exit {g['returncode']}). Last lines of its stderr:",
+                "",
+                "```",
+                g["stderr_tail"].strip()[-2000:],
+                "```",
+                "",
+            ]
     if unexpected:
         lines += [
             "## Unexpected failures",
@@ -158,12 +212,27 @@ def markdown(
                 ),
                 None,
             )
-            err = f"{f32['max_rel_err']:.1e}" if f32 and f32.get("max_rel_err") is not None else ""
+            err = _err(f32)
             lines.append(
                 f"| {op} | {fam} | {_cell(report['results'], op, 'float32', 'forward')} | "
                 f"{_cell(report['results'], op, 'float32', 'grad')} | {_cell(report['results'], op, 'float16', 'forward')} | "
                 f"{_cell(report['results'], op, 'bfloat16', 'forward') or _cell(report['results'], '*', 'bfloat16', 'forward')} | {err} |"
             )
+        lines.append("")
+    if report.get("memory"):
+        lines += [
+            "## Memory paths",
+            "",
+            "Copies at unaligned offsets and odd sizes, non_blocking, strided and casting copies,",
+            "scalar operands, `torch.where` with a scalar, `.item()`, large allocations, pinned memory.",
+            "",
+            "| check | status | detail |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {m['name']} | {_SYMBOL.get(m['status'], m['status'])} | {str(m.get('detail', '')).replace('|', '/')} |"
+            for m in report["memory"]
+        ]
         lines.append("")
     return "\n".join(lines)
 
@@ -173,8 +242,15 @@ def console_summary(
 ) -> str:
     summ = report["summary"]
     out = [
-        f"regress: {summ['ops_checked']} ops; "
+        f"regress: {summ['ops_checked']} ops checked, {summ['ops_passing_on_device']} passing; "
         + ", ".join(f"{k} {v}" for k, v in sorted(summ["counts"].items()))
+        + "; memory checks: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ["memory_counts"].items())) or "none")
+    ]
+    out += [
+        f"  group {name}: {g['detail']}"
+        for name, g in report.get("groups", {}).items()
+        if g["status"] == "error"
     ]
     for r in unexpected:
         out.append(

@@ -7,7 +7,9 @@ Every decision lives in C++ (``aten/src/ATen/mps/MPSDevicePolicy.h``): which Met
 is used, why the others are skipped, how ``PYTORCH_MPS_ALLOW_INTEL_GPU`` and
 ``PYTORCH_MPS_DEVICE`` are read, and when a late change of the flag is an error. This
 module only turns those answers into Python objects and a printable report, so that a
-script, ``python -m torch.backends.mps`` and the C++ backend can never disagree.
+script, ``python -m torch.backends.mps`` and the C++ backend can never disagree. It reaches
+the C++ state through the operators ``aten/src/ATen/mps/MPSDeviceSelection.mm`` registers
+(``torch.ops.intelmac.mps_*``), which exist in builds with MPS only.
 """
 
 from __future__ import annotations
@@ -72,16 +74,29 @@ def _built_with_mps() -> bool:
     return bool(getattr(torch._C, "_has_mps", False))
 
 
+def _call(name: str, *args: Any) -> Any:
+    """Run the C++ operator ``torch.ops.intelmac.<name>`` and raise the warnings it queued.
+
+    torch.ops calls have no handler that turns TORCH_WARN into Python warnings, so the C++
+    side keeps them queued for ``mps_take_warnings`` and they are raised here, once each.
+    """
+    ops = torch.ops.intelmac
+    try:
+        return getattr(ops, name)(*args)
+    finally:
+        for message in ops.mps_take_warnings():
+            warnings.warn(message, UserWarning, stacklevel=3)
+
+
 def parse_allow_env(raw: Optional[str]) -> "tuple[Optional[bool], Optional[str]]":
     """Read a ``PYTORCH_MPS_ALLOW_INTEL_GPU`` value: (value or None when unset, warning).
 
-    Mirrors the C++ parser, for builds without MPS only.
+    Mirrors the C++ parser, for builds without MPS only. Only an empty value means unset;
+    blanks alone are warned about like any other value that is not understood.
     """
-    if raw is None:
+    if raw is None or raw == "":
         return None, None
     text = raw.strip(_C_BLANKS).lower()
-    if not text:
-        return None, None
     if text in _TRUE_WORDS:
         return True, None
     if text in _FALSE_WORDS:
@@ -120,7 +135,7 @@ def get_allow_intel_gpu() -> bool:
     """The current value of ``torch.backends.mps.allow_intel_gpu``."""
     if not _built_with_mps():
         return _flag_without_mps.get()
-    return bool(torch._C._mps_get_allow_intel_gpu())
+    return bool(_call("mps_get_allow_intel_gpu"))
 
 
 def set_allow_intel_gpu(value: bool, backend_module: Any = None) -> None:
@@ -136,7 +151,7 @@ def set_allow_intel_gpu(value: bool, backend_module: Any = None) -> None:
             f"torch.backends.mps.allow_intel_gpu must be True or False, not {value!r}"
         )
     if _built_with_mps():
-        torch._C._mps_set_allow_intel_gpu(value)
+        _call("mps_set_allow_intel_gpu", value)
     else:
         _flag_without_mps.set(value)
     if backend_module is not None:
@@ -158,7 +173,7 @@ def devices() -> List[MPSDeviceInfo]:
     """
     if not _built_with_mps():
         return []
-    return [_device_info(entry) for entry in torch._C._mps_device_report()]
+    return [_device_info(entry) for entry in json.loads(_call("mps_device_report"))]
 
 
 def _device_info(entry: Dict[str, Any]) -> MPSDeviceInfo:
@@ -185,7 +200,7 @@ def unavailable_reason() -> Optional[str]:
     """
     if not _built_with_mps():
         return NOT_BUILT_REASON
-    return torch._C._mps_unavailable_reason() or None
+    return _call("mps_unavailable_reason") or None
 
 
 def build_info() -> Optional[Dict[str, Any]]:

@@ -5,8 +5,8 @@
 // only the standard library, so that it compiles and is tested on any host.
 // That includes the state kept for the process (DeviceState: the flag, the
 // last scan, when a rescan is due or a change refused, the one-time warnings).
-// MPSDevice.mm only gathers the facts about each Metal device into
-// DeviceProps, holds one DeviceState under a mutex and calls it.
+// MPSDeviceSelection.mm (patch 0002) only gathers the facts about each Metal
+// device into DeviceProps, holds one DeviceState under a mutex and calls it.
 //
 // API (namespace at::mps::policy, all inline):
 //   parse_bool_env(variable, raw)    PYTORCH_MPS_ALLOW_INTEL_GPU-style flags
@@ -16,10 +16,11 @@
 //                                    the chosen device, a status per device and,
 //                                    when none is chosen, the reason
 //   same_choice(a, b)                whether two selections use the same device
-//   late_change_error(current, requested)
+//   late_change_error(current, requested, allow)
 //                                    the error for a change of device after first use
+//   report_json(selection)           the device report as JSON, for the Python layer
 //   low_power_warning(device)        the once-per-process integrated-GPU warning
-//   DeviceState                      the process-wide state MPSDevice.mm keeps:
+//   DeviceState                      the process-wide state MPSDeviceSelection.mm keeps:
 //                                    the flag, the last scan, when a change of
 //                                    the flag rescans or is refused, and the
 //                                    one-time warnings (see the class)
@@ -99,6 +100,23 @@ inline bool contains_ci(std::string_view haystack, std::string_view needle) {
   return lower(haystack).find(lower(needle)) != std::string::npos;
 }
 
+// Whether `word` is one of the words of `name` (runs of letters and digits), any case.
+inline bool has_word(std::string_view name, std::string_view word) {
+  const auto is_word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  std::size_t i = 0;
+  while (i < name.size()) {
+    std::size_t end = i;
+    while (end < name.size() && is_word_char(name[end])) {
+      ++end;
+    }
+    if (end > i && lower(name.substr(i, end - i)) == lower(word)) {
+      return true;
+    }
+    i = end + 1;
+  }
+  return false;
+}
+
 inline bool all_digits(std::string_view text) {
   return !text.empty() &&
       std::all_of(text.begin(), text.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
@@ -107,8 +125,9 @@ inline bool all_digits(std::string_view text) {
 } // namespace detail
 
 // A boolean environment variable: 1/true/yes/on or 0/false/no/off, any case,
-// surrounding blanks ignored. Unset or empty leaves `value` empty. Anything else
-// also leaves it empty and explains why in `warning`, so the default applies.
+// surrounding blanks ignored. Unset or empty leaves `value` empty. Anything else,
+// a value of blanks only included, also leaves it empty and explains why in
+// `warning`, so the default applies.
 struct EnvBool {
   std::optional<bool> value;
   std::string warning; // empty unless the text was not understood
@@ -116,13 +135,11 @@ struct EnvBool {
 
 inline EnvBool parse_bool_env(std::string_view variable, const char* raw) {
   EnvBool result;
-  if (raw == nullptr) {
+  // Only an empty value means unset; "   " is a mistake worth a warning.
+  if (raw == nullptr || *raw == '\0') {
     return result;
   }
   const std::string text = detail::lower(detail::trim(raw));
-  if (text.empty()) {
-    return result;
-  }
   if (text == "1" || text == "true" || text == "yes" || text == "on") {
     result.value = true;
   } else if (text == "0" || text == "false" || text == "no" || text == "off") {
@@ -136,7 +153,9 @@ inline EnvBool parse_bool_env(std::string_view variable, const char* raw) {
 }
 
 // PYTORCH_MPS_DEVICE: all digits is an index into devices() (the stable order);
-// any other text is a case-insensitive part of a device name.
+// any other text is a case-insensitive part of a device name. A number that is
+// no valid index picks by name when it is a whole word of a name ("580" of
+// "AMD Radeon RX 580"; "3" is no word of "Intel(R) UHD Graphics 630").
 struct DeviceSelector {
   enum class Kind { none, index, name };
   Kind kind = Kind::none;
@@ -304,19 +323,17 @@ inline void choose_like_upstream(Selection& selection) {
 inline std::optional<std::size_t> pick(const std::vector<DeviceStatus>& devices, const DeviceSelector& selector,
                                       std::string& reason) {
   const std::string all = "; the Metal devices are: " + (devices.empty() ? std::string("none") : list_devices(devices));
-  if (selector.kind == DeviceSelector::Kind::index) {
-    if (selector.index < devices.size()) {
-      return selector.index;
-    }
-    reason = selector_text(selector) + " is out of range: there " +
-        (devices.size() == 1 ? std::string("is 1 Metal device") : "are " + std::to_string(devices.size()) + " Metal devices") +
-        all;
-    return std::nullopt;
+  if (selector.kind == DeviceSelector::Kind::index && selector.index < devices.size()) {
+    return selector.index;
   }
+  // A name part; or a number past the end that is a word of a name, such as 580
+  // of "AMD Radeon RX 580" (an index in range always means the index).
+  const bool number = selector.kind == DeviceSelector::Kind::index;
   std::vector<std::size_t> matches;
   std::vector<std::size_t> exact;
   for (std::size_t i = 0; i < devices.size(); ++i) {
-    if (contains_ci(devices[i].props.name, selector.text)) {
+    const std::string& name = devices[i].props.name;
+    if (number ? has_word(name, selector.text) : contains_ci(name, selector.text)) {
       matches.push_back(i);
       if (lower(devices[i].props.name) == lower(selector.text)) {
         exact.push_back(i);
@@ -330,7 +347,12 @@ inline std::optional<std::size_t> pick(const std::vector<DeviceStatus>& devices,
   if (matches.size() == 1) {
     return matches.front();
   }
-  if (matches.empty()) {
+  if (matches.empty() && number) {
+    reason = selector_text(selector) + " is out of range: there " +
+        (devices.size() == 1 ? std::string("is 1 Metal device") : "are " + std::to_string(devices.size()) + " Metal devices") +
+        all + "; set it to an index from that list, or pick by name with a part of one name (a number picks by "
+        "name only when it is a whole word of one name, such as 580 in 'AMD Radeon RX 580')";
+  } else if (matches.empty()) {
     reason = selector_text(selector) + " matches no Metal device name" + all +
         "; set it to an index or to a part of one name";
   } else {
@@ -473,15 +495,63 @@ inline bool same_choice(const Selection& a, const Selection& b) {
   return x->props.registry_id == y->props.registry_id && x->props.name == y->props.name;
 }
 
-// The error for changing the choice after the device was created: the Metal
-// device, its allocator and streams live for the rest of the process.
-inline std::string late_change_error(const Selection& current, const Selection& requested) {
+// The error for setting allow_intel_gpu to `allow` after the device was
+// created, when that would choose another device: the Metal device, its
+// allocator and streams live for the rest of the process. It names the one
+// thing that changed, the flag; the environment is read once, at the first
+// scan, so a later change of it changes nothing.
+inline std::string late_change_error(const Selection& current, const Selection& requested, bool allow) {
   const auto name = [](const Selection& s) {
     return s.chosen() ? "'" + s.chosen()->props.name + "'" : std::string("no device");
   };
-  return "The MPS device is already in use (" + name(current) + "); this change would select " + name(requested) +
-      ". Set " + kAllowIntelGpuEnv + " (or " + kDeviceEnv +
-      ") in the environment, or torch.backends.mps.allow_intel_gpu, before the first use of MPS";
+  return "The MPS device is already in use (" + name(current) + "); torch.backends.mps.allow_intel_gpu = " +
+      (allow ? "True" : "False") + " would select " + name(requested) + " instead. Set " + kAllowIntelGpuEnv +
+      " in the environment, or torch.backends.mps.allow_intel_gpu, before the first use of MPS";
+}
+
+namespace detail {
+
+// A JSON string literal (RFC 8259): quotes, backslashes and control characters
+// escaped; other bytes, UTF-8 included, pass through.
+inline std::string json_string(std::string_view text) {
+  static const char* const hex = "0123456789abcdef";
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (byte < 0x20) {
+      out += "\\u00";
+      out += hex[byte >> 4];
+      out += hex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+} // namespace detail
+
+// The device report that torch.backends.mps.devices() reads, as a JSON array:
+// one object per device in stable order, with the fields of MPSDeviceInfo
+// (skip_reason null for the selected device). Passing one string keeps the
+// operator schema that carries it simple.
+inline std::string report_json(const Selection& selection) {
+  const auto flag = [](bool value) { return value ? std::string("true") : std::string("false"); };
+  std::string out = "[";
+  for (const DeviceStatus& status : selection.devices) {
+    out += (out.size() > 1 ? ", " : "");
+    out += "{\"index\": " + std::to_string(status.index) + ", \"name\": " + detail::json_string(status.props.name) +
+        ", \"low_power\": " + flag(status.props.low_power) + ", \"removable\": " + flag(status.props.removable) +
+        ", \"headless\": " + flag(status.props.headless) + ", \"unified_memory\": " +
+        flag(status.props.unified_memory) + ", \"recommended_working_set_size\": " +
+        std::to_string(status.props.recommended_working_set_size) + ", \"eligible\": " + flag(status.eligible) +
+        ", \"selected\": " + flag(status.selected) + ", \"skip_reason\": " +
+        (status.skip_reason.empty() ? std::string("null") : detail::json_string(status.skip_reason)) + "}";
+  }
+  return out + "]";
 }
 
 inline std::string low_power_warning(const DeviceProps& device) {
@@ -507,27 +577,19 @@ class DeviceState {
     refused, // not kept: it would change the device in use; `error` says so
   };
 
-  // The value set through set_allow_intel_gpu(), else PYTORCH_MPS_ALLOW_INTEL_GPU,
-  // which is read, and a value it does not understand warned about, only once.
+  // The value set through set_allow_intel_gpu(), else PYTORCH_MPS_ALLOW_INTEL_GPU.
   bool allow_intel_gpu() {
-    if (allow_intel_gpu_) {
-      return *allow_intel_gpu_;
-    }
-    if (!allow_from_env_) {
-      const EnvBool parsed = parse_bool_env(kAllowIntelGpuEnv, std::getenv(kAllowIntelGpuEnv));
-      if (!parsed.warning.empty()) {
-        warnings_.push_back(parsed.warning);
-      }
-      allow_from_env_ = parsed.value.value_or(false);
-    }
-    return *allow_from_env_;
+    read_environment();
+    return allow_intel_gpu_.value_or(allow_from_env_);
   }
 
-  // The options a scan uses now: the flag above and PYTORCH_MPS_DEVICE.
+  // The options a scan uses now: the flag above and PYTORCH_MPS_DEVICE as it
+  // was first read.
   Options options() {
+    read_environment();
     Options options;
     options.allow_intel_gpu = allow_intel_gpu();
-    options.selector = parse_device_selector(std::getenv(kDeviceEnv));
+    options.selector = selector_;
     return options;
   }
 
@@ -563,14 +625,19 @@ class DeviceState {
   // value, `error` gets late_change_error()); one that would not is kept and
   // the report updated. A scan that chose nothing does not count as a device in
   // use: the value is kept and the caller scans again. Before the first scan
-  // the value is only kept; the first scan reads it.
+  // the value is only kept; the first scan reads it. Setting the value the flag
+  // already has changes nothing and is never refused.
   Change set_allow_intel_gpu(bool allow, std::string& error) {
+    if (allow == allow_intel_gpu()) {
+      allow_intel_gpu_ = allow; // the same value: nothing to choose again
+      return Change::stored;
+    }
     if (scanned_ && selection_.chosen() != nullptr) {
       Options requested = options();
       requested.allow_intel_gpu = allow;
       Selection next = choose(devices_, requested, platform_);
       if (!same_choice(selection_, next)) {
-        error = late_change_error(selection_, next);
+        error = late_change_error(selection_, next, allow);
         return Change::refused;
       }
       selection_ = std::move(next);
@@ -600,8 +667,28 @@ class DeviceState {
   }
 
  private:
+  // PYTORCH_MPS_ALLOW_INTEL_GPU and PYTORCH_MPS_DEVICE, read together once (at
+  // the first scan or the first question about the flag, whichever comes
+  // first) and kept: a later change of the environment changes nothing, so a
+  // refusal can only ever be about the flag. A value of the first that is not
+  // understood is warned about then, once.
+  void read_environment() {
+    if (environment_read_) {
+      return;
+    }
+    environment_read_ = true;
+    const EnvBool parsed = parse_bool_env(kAllowIntelGpuEnv, std::getenv(kAllowIntelGpuEnv));
+    if (!parsed.warning.empty()) {
+      warnings_.push_back(parsed.warning);
+    }
+    allow_from_env_ = parsed.value.value_or(false);
+    selector_ = parse_device_selector(std::getenv(kDeviceEnv));
+  }
+
+  bool environment_read_ = false;
+  bool allow_from_env_ = false;         // PYTORCH_MPS_ALLOW_INTEL_GPU as read
+  DeviceSelector selector_;             // PYTORCH_MPS_DEVICE as read
   std::optional<bool> allow_intel_gpu_; // once set through set_allow_intel_gpu()
-  std::optional<bool> allow_from_env_;  // PYTORCH_MPS_ALLOW_INTEL_GPU, once read
   bool scanned_ = false;
   std::vector<DeviceProps> devices_;   // what the last scan read, for set_allow_intel_gpu()
   Platform platform_;
