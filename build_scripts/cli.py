@@ -30,7 +30,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "intelmac_torch_builder.stages.verify",
     "intelmac_torch_builder.stages.index",
     "intelmac_torch_builder.pipeline",
-    "intelmac_torch_builder.maint.upstream_check",
+    "intelmac_torch_builder.maint.check_upstream",
     "intelmac_torch_builder.ci.cli",
 )
 
