@@ -12,6 +12,8 @@ VERSION ?=
 PYTHON  ?=
 SOURCE  ?=
 SHA256  ?=
+# OpenMP to build with and bundle (--libomp): one built for the line's deployment target.
+LIBOMP  ?=
 BUILD_ARGS ?=
 
 # The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
@@ -29,7 +31,7 @@ TAG ?=
 .PHONY: help build test regress bench check-upstream ci-plan lint clean
 
 help:
-	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...]"
+	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix]"
 	@echo "make test                    run the project's tests"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
@@ -48,10 +50,26 @@ $(TORCH_STAMP): $(VENV)/.stamp
 	touch $@
 
 BUILD_FLAGS = $(strip $(if $(VERSION),--torch $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
-  $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) $(BUILD_ARGS))
+  $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) \
+  $(if $(LIBOMP),--libomp $(LIBOMP)) $(BUILD_ARGS))
 
+# Exit status of `make build` (GNU make itself exits only 0 or 2):
+#   0  done: the wheels are built (or were up to date); or, on a host that cannot compile, the
+#      source is fetched, checked and patched and the run stopped before compiling (the
+#      command's exit 3, "needs a Mac"). build/<version>/outcome.json says which:
+#      {"outcome": "built"} or {"outcome": "needs-mac"}.
+#   2  an error (the command's exit 1, or 2 for bad arguments); outcome.json says "error"
+#      once the arguments were understood.
+# Scripts that want the three cases as exit codes run `$(PY) -m intelmac_torch_builder all`:
+# 0 built, 1 error, 2 usage error, 3 needs a Mac.
 build: $(VENV)/.stamp
-	$(PY) -m intelmac_torch_builder all $(BUILD_FLAGS)
+	$(info $(PY) -m intelmac_torch_builder all $(BUILD_FLAGS))
+	@$(PY) -m intelmac_torch_builder all $(BUILD_FLAGS); code=$$?; \
+	if [ $$code -eq 3 ]; then \
+	  echo "make build: patched and stopped before compiling; finish on a Mac (exit 0, outcome needs-mac)" >&2; \
+	  exit 0; \
+	fi; \
+	exit $$code
 
 test: $(TORCH_STAMP)
 	$(PY) -m pytest

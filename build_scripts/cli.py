@@ -16,19 +16,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from . import __version__
-from .core.errors import BuildError
+from .core.errors import BuildError, UnsupportedHostError
 
 #: The name usage lines give when the package runs as ``python -m intelmac_torch_builder``.
 MODULE_PROG = "python -m intelmac_torch_builder"
 
-# In pipeline order; each module defines register(subparsers).
+# Each module defines register(subparsers); pipeline adds the stages in order, then `all`.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "intelmac_torch_builder.stages.source",
-    "intelmac_torch_builder.stages.patch",
-    "intelmac_torch_builder.stages.build",
-    "intelmac_torch_builder.stages.repair",
-    "intelmac_torch_builder.stages.verify",
-    "intelmac_torch_builder.stages.index",
     "intelmac_torch_builder.pipeline",
     "intelmac_torch_builder.maint.check_upstream",
     "intelmac_torch_builder.ci.cli",
@@ -72,7 +66,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     try:
         code: int = args.func(args)
     except BuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # "Patched; finish on a Mac" is an expected stop, not a failure.
+        label = "stopped" if isinstance(exc, UnsupportedHostError) else "error"
+        print(f"{label}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -4,7 +4,7 @@
 
 A target whose verified wheels are already in the index with matching build information
 returns at once, before any lock, download or hashing of the source. On a host that cannot
-compile, the run fetches and patches, then stops with exit code 2 and says what is left.
+compile, the run fetches and patches, then stops with exit code 3 and says what is left.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import time
 
+from .core import _fsutil
 from .core import host as host_mod
 from .core._log import Log, elapsed
 from .core._plan import render
 from .core._stage import line_lock
+from .core.errors import BuildError, UnsupportedHostError
 from .core.options import ALL_GROUPS, DIST_NAME, Options, add_arguments, resolve
 from .stages import build as build_stage
 from .stages import index as index_stage
@@ -51,7 +53,7 @@ def run_all(options: Options, log: Log) -> int:
     with line_lock(options, log):
         source.fetch(options, log)
         patch_stage.patch(options, log)
-        build_stage.build(options, log, host)
+        build_stage.build(options, log, host, repatch=patch_stage.patch)
         repair.repair(options, log, host)
         verify.verify(options, log)
         index_stage.index(options, log)
@@ -64,15 +66,39 @@ def run_all(options: Options, log: Log) -> int:
     return 0
 
 
+OUTCOME = "outcome.json"
+
+
 def _main(args: argparse.Namespace) -> int:
     options = resolve(args)
     if options.dry_run:
         print(dry_run(options))
         return 0
-    return run_all(options, Log.create())
+    # `make build` can only exit 0 or 2 (GNU make's own codes), so the outcome is also left
+    # where a script finds it: built, needs-mac (patched; the compile needs a Mac) or error.
+    outcome = options.layout.root / OUTCOME
+    try:
+        code = run_all(options, Log.create())
+    except BuildError as exc:
+        kind = "needs-mac" if isinstance(exc, UnsupportedHostError) else "error"
+        _fsutil.write_json_atomic(outcome, {"outcome": kind, "exit_code": exc.exit_code})
+        raise
+    _fsutil.write_json_atomic(outcome, {"outcome": "built", "exit_code": code})
+    return code
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The stage subcommands in pipeline order, then ``all``.
+
+    Registered here, the one module that knows every stage, so that the build stage can
+    re-apply a changed series through the patch stage without importing it.
+    """
+    source.register(subparsers)
+    patch_stage.register(subparsers)
+    build_stage.register(subparsers, repatch=patch_stage.patch)
+    repair.register(subparsers)
+    verify.register(subparsers)
+    index_stage.register(subparsers)
     parser = subparsers.add_parser(
         "all",
         help="every stage in order: fetch, patch, build, repair, verify, index (make build)",

@@ -26,6 +26,11 @@ CPU_NAMES = {0x01000007: "x86_64", 0x0100000C: "arm64", 7: "i386", 12: "arm"}
 
 LC_RPATH = 0x8000001C
 LC_ID_DYLIB = 0x0D
+#: The minimum OS a binary runs on: LC_BUILD_VERSION (macOS 10.14+ toolchains) carries a
+#: platform and ``minos``; older binaries carry LC_VERSION_MIN_MACOSX instead.
+LC_BUILD_VERSION = 0x32
+LC_VERSION_MIN_MACOSX = 0x24
+PLATFORM_MACOS = 1
 DYLIB_LOADS = {
     0x0C: "LC_LOAD_DYLIB",
     0x80000018: "LC_LOAD_WEAK_DYLIB",
@@ -45,6 +50,13 @@ class MachOSlice:
     rpaths: list[str] = field(default_factory=list)
     dylibs: list[str] = field(default_factory=list)
     install_id: str | None = None
+    min_macos: str | None = None  # "13.0", from LC_BUILD_VERSION or LC_VERSION_MIN_MACOSX
+
+
+def decode_version(packed: int) -> str:
+    """Mach-O's ``xxxx.yy.zz`` nibble-packed version as ``X.Y`` (``X.Y.Z`` when Z is set)."""
+    major, minor, patch = packed >> 16, (packed >> 8) & 0xFF, packed & 0xFF
+    return f"{major}.{minor}.{patch}" if patch else f"{major}.{minor}"
 
 
 def kind(head: bytes) -> str | None:
@@ -94,6 +106,13 @@ def _read_slice(handle: BinaryIO, start: int) -> MachOSlice:
                 result.install_id = name
             else:
                 result.dylibs.append(name)
+        elif cmd == LC_BUILD_VERSION and size >= 24:
+            platform, minos = struct.unpack_from(endian + "II", command, 8)
+            if platform == PLATFORM_MACOS:
+                result.min_macos = decode_version(minos)
+        elif cmd == LC_VERSION_MIN_MACOSX and size >= 16 and result.min_macos is None:
+            (version,) = struct.unpack_from(endian + "I", command, 8)
+            result.min_macos = decode_version(version)
         offset += size
     return result
 

@@ -88,3 +88,27 @@ def swap_dir_into_place(new: Path, destination: Path) -> None:
     os.rename(new, destination)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _size(path: Path) -> int:
+    if path.is_symlink() or not path.is_dir():
+        return path.lstat().st_size
+    return sum(item.lstat().st_size for item in path.rglob("*") if not item.is_dir())
+
+
+def remove_leftovers(folder: Path) -> list[tuple[Path, int]]:
+    """Delete the temporary trees and files (``.<name>.*.tmp``) that killed runs left in
+    ``folder``; returns what went, with sizes.
+
+    Only safe while holding the lock of whatever writes into ``folder``: a live run's
+    temporaries have the same names.
+    """
+    removed = []
+    for path in sorted(folder.glob(".*.tmp")) if folder.is_dir() else []:
+        size = _size(path)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append((path, size))
+    return removed

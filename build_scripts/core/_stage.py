@@ -8,19 +8,36 @@ otherwise runs the stage while holding the release line's lock.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ..core._locks import held
 from ..core._log import Log
 from ..core._plan import Section, render
 from ..core.options import OptionGroup, Options, add_arguments, resolve
+from . import _fsutil
 
 
-def line_lock(options: Options, log: Log) -> AbstractContextManager[None]:
-    return held(
+@contextmanager
+def line_lock(options: Options, log: Log) -> Iterator[None]:
+    """Hold the release line's lock; first, clear what killed runs of the line left behind.
+
+    A run killed mid-extraction or mid-patching (SIGKILL, a power cut) cannot clean up its
+    temporary tree (``.source.*.tmp``, ``.patched.*.tmp``, tens of MB to a GB each). Under
+    the lock no other run of the line is using them, so they go.
+    """
+    with held(
         options.layout.lock_file, what=f"PyTorch {options.line.version}", wait=options.wait, log=log
-    )
+    ):
+        removed = _fsutil.remove_leftovers(options.layout.root)
+        if removed:
+            total = sum(size for _, size in removed) / 2**20
+            names = ", ".join(path.name for path, _ in removed)
+            log.warning(
+                f"Removed {len(removed)} temporary item(s) left by an interrupted run of PyTorch "
+                f"{options.line.version} in {options.layout.root} ({total:.1f} MiB): {names}"
+            )
+        yield
 
 
 def register(

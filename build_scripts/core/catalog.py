@@ -43,6 +43,14 @@ class Source:
 
 
 @dataclass(frozen=True)
+class ToolchainSpec:
+    """The line's pinned build toolchain: the pin file and what it must pin."""
+
+    pins: Path  # absolute
+    requires: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ReleaseLine:
     version: str
     source: Source
@@ -51,6 +59,18 @@ class ReleaseLine:
     macos_deployment_target: str
     mps_min_macos: str
     build_env: Mapping[str, str]
+    toolchain: ToolchainSpec | None  # None: no pinned toolchain (only fixtures lack one)
+    macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
+
+    @property
+    def pins(self) -> Path:
+        """The pinned toolchain file; an error for a line without one."""
+        if self.toolchain is None:
+            raise CatalogError(
+                f"PyTorch {self.version} has no pinned build toolchain: add 'toolchain' (pins "
+                "and requires) to its catalog entry."
+            )
+        return self.toolchain.pins
 
     @property
     def series_fingerprint(self) -> str:
@@ -100,16 +120,66 @@ def _schema() -> dict[str, Any]:
     return schema
 
 
+def _entry_name(raw: Any, index: int) -> str:
+    """A line of the catalog as a person finds it: by its version, or by its position."""
+    version = raw.get("version") if isinstance(raw, dict) else None
+    if isinstance(version, str) and version:
+        return f"release line {version}"
+    return f"release line #{index + 1} (it has no valid version)"
+
+
+def _expected(schema: Any) -> str:
+    """What a schema fragment accepts, in words."""
+    if not isinstance(schema, dict):
+        return "a valid value"
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            return " or ".join(_expected(option) for option in schema[key])
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return _expected(_schema()["$defs"].get(name, {}))
+    if "const" in schema:
+        return repr(schema["const"])
+    if "enum" in schema:
+        return "one of " + ", ".join(repr(value) for value in schema["enum"])
+    kind = schema.get("type")
+    words = {
+        "string": "a string",
+        "null": "null",
+        "array": "a list",
+        "object": "a mapping",
+        "integer": "an integer",
+        "boolean": "true or false",
+    }
+    text = words.get(kind, str(kind)) if kind else "a value"
+    if "pattern" in schema:
+        text += f" matching {schema['pattern']}"
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        text += f" of {_expected(schema['items']).removeprefix('a ')}s"
+    return text
+
+
+def _yaml_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+    names.update({list: "a list", dict: "a mapping", type(None): "null"})
+    return names.get(type(value), type(value).__name__)
+
+
 def _describe(path: Path, document: Any, error: jsonschema.ValidationError) -> str:
     location = list(error.absolute_path)
     entry = ""
     if len(location) >= 2 and location[0] == "lines" and isinstance(location[1], int):
-        raw = document["lines"][location[1]]
-        name = raw.get("version", "?") if isinstance(raw, dict) else "?"
-        entry = f" entry {location[1]} (version {name}),"
+        entry = f" {_entry_name(document['lines'][location[1]], location[1])},"
         location = location[2:]
     field = ".".join(str(part) for part in location) or "(top level)"
-    return f"{path}:{entry} field '{field}': {error.message}"
+    if error.validator in ("type", "oneOf", "anyOf", "pattern", "const", "enum"):
+        message = (
+            f"got {error.instance!r} ({_yaml_type(error.instance)}), expected "
+            f"{_expected(error.schema)}"
+        )
+    else:
+        message = error.message
+    return f"{path}:{entry} field '{field}': {message}"
 
 
 def parse(path: Path, document: Any) -> Catalog:
@@ -123,7 +193,7 @@ def parse(path: Path, document: Any) -> Catalog:
     lines: list[ReleaseLine] = []
     seen: set[str] = set()
     for index, raw in enumerate(document["lines"]):
-        where = f"{path}: entry {index} (version {raw['version']})"
+        where = f"{path}: {_entry_name(raw, index)}"
         if raw["version"] in seen:
             raise CatalogError(f"{where}, field 'version': listed twice")
         seen.add(raw["version"])
@@ -132,6 +202,15 @@ def parse(path: Path, document: Any) -> Catalog:
             if not patch.is_file():
                 raise CatalogError(f"{where}, field 'patches': {name} does not exist in {path.parent}")
         python = tuple(sorted(raw["python"], key=Version))
+        spec = None
+        if "toolchain" in raw:
+            pins = path.parent / raw["toolchain"]["pins"]
+            if not pins.is_file():
+                raise CatalogError(
+                    f"{where}, field 'toolchain.pins': {raw['toolchain']['pins']} does not "
+                    f"exist in {path.parent}"
+                )
+            spec = ToolchainSpec(pins, tuple(raw["toolchain"]["requires"]))
         lines.append(
             ReleaseLine(
                 version=raw["version"],
@@ -141,6 +220,9 @@ def parse(path: Path, document: Any) -> Catalog:
                 macos_deployment_target=raw["macos_deployment_target"],
                 mps_min_macos=raw["mps_min_macos"],
                 build_env=dict(raw["build_env"]),
+                toolchain=spec,
+                # MPS needs at least the SDK of the macOS it runs on.
+                macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
             )
         )
     catalog = Catalog(
@@ -157,6 +239,17 @@ def parse(path: Path, document: Any) -> Catalog:
     return catalog
 
 
+def yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """``exc`` as a message naming ``path`` and the line and column (PyYAML's own names the
+    file "<unicode string>" when it parsed a string)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    detail = f"{problem} ({context})" if context else problem
+    return f"{where}: not valid YAML: {detail}"
+
+
 def load(path: Path | None = None) -> Catalog:
     """Read and validate a catalog file (the repository's own by default)."""
     path = (path or DEFAULT_CATALOG).resolve()
@@ -165,5 +258,5 @@ def load(path: Path | None = None) -> Catalog:
     except FileNotFoundError:
         raise CatalogError(f"No release catalog at {path}.") from None
     except yaml.YAMLError as exc:
-        raise CatalogError(f"{path} is not valid YAML: {exc}") from None
+        raise CatalogError(yaml_error(path, exc)) from None
     return parse(path, document)

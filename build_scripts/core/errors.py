@@ -6,11 +6,17 @@ without a traceback and exits with ``exit_code``. Anything else that escapes is 
 
 from __future__ import annotations
 
+#: The command line's exit codes; the README documents them and what `make build` makes of them.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2  # argparse
+EXIT_NEEDS_MAC = 3
+
 
 class BuildError(Exception):
     """A problem with the user's input or machine, explained in the message."""
 
-    exit_code = 1
+    exit_code = EXIT_ERROR
 
 
 class CatalogError(BuildError):
@@ -20,7 +26,8 @@ class CatalogError(BuildError):
 class UnsupportedHostError(BuildError):
     """The host cannot run this stage (for example: compiling on Linux).
 
-    Exit code 2 tells scripts "everything up to here is done; finish on a Mac".
+    Exit code 3 (``NEEDS_MAC``) tells scripts "everything up to here is done; finish on a
+    Mac". 1 is any error, 2 is a usage error (argparse's own code).
     """
 
-    exit_code = 2
+    exit_code = EXIT_NEEDS_MAC

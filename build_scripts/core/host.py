@@ -38,7 +38,8 @@ class Host:
         return f"{name} {self.machine}, {self.cpu_count} cores, {self.memory_bytes / GIB:.0f} GiB"
 
 
-def _output(*argv: str) -> str | None:
+def command_output(*argv: str) -> str | None:
+    """The stripped stdout of a command that succeeded, else None."""
     try:
         result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
@@ -48,7 +49,7 @@ def _output(*argv: str) -> str | None:
 
 def _memory_bytes(system: str) -> int:
     if system == "Darwin":
-        value = _output("sysctl", "-n", "hw.memsize")
+        value = command_output("sysctl", "-n", "hw.memsize")
         if value and value.isdigit():
             return int(value)
     try:
@@ -61,7 +62,7 @@ def _machine() -> str:
     machine = platform.machine()
     # A Python running under Rosetta reports x86_64 on an Apple-silicon Mac.
     translated = (
-        _output("sysctl", "-n", "sysctl.proc_translated") if platform.system() == "Darwin" else None
+        command_output("sysctl", "-n", "sysctl.proc_translated") if platform.system() == "Darwin" else None
     )
     if machine == "x86_64" and translated == "1":
         return "arm64"
@@ -75,7 +76,7 @@ def _libomp_prefix(system: str, machine: str) -> Path | None:
     # bundle, also when cross-building from an arm64 host (whose own Homebrew is /opt/homebrew).
     candidates = [Path("/usr/local/opt/libomp")]
     if machine == "x86_64":
-        prefix = _output("brew", "--prefix", "libomp")
+        prefix = command_output("brew", "--prefix", "libomp")
         if prefix:
             candidates.insert(0, Path(prefix))
     for candidate in candidates:
@@ -98,6 +99,13 @@ def probe() -> Host:
         sccache=shutil.which("sccache"),
         libomp_prefix=_libomp_prefix(system, machine),
     )
+
+
+#: max_jobs as the shell computes it on a Mac (sysctl), for a plan pasted there.
+MAX_JOBS_SHELL = (
+    "$(( $(sysctl -n hw.ncpu) < $(sysctl -n hw.memsize) / 2147483648"
+    " ? $(sysctl -n hw.ncpu) : $(sysctl -n hw.memsize) / 2147483648 ))"
+)
 
 
 def max_jobs(host: Host) -> int:

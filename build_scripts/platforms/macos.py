@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -22,9 +23,12 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ..core._plan import Step
+from ..core import host as host_mod
+from ..core import preflight as preflight_mod
+from ..core import toolchain
+from ..core._plan import Computed, Step
 from ..core.errors import BuildError
-from ..core.host import Host, max_jobs
+from ..core.host import MAX_JOBS_SHELL, Host, max_jobs
 from ..core.options import Options, PythonTarget
 
 #: From 2.9 upstream documents pip (not setup.py commands) as the way to build; older
@@ -74,8 +78,54 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
     return env
 
 
+def computed_env(options: Options, host: Host) -> dict[str, Computed]:
+    """How the plan shows the variables that depend on the Mac it runs on."""
+    out = {
+        "MAX_JOBS": Computed(
+            MAX_JOBS_SHELL,
+            "sized at build time from the Mac's cores and memory: one job per core, at most "
+            f"one per 2 GiB (here: {max_jobs(host)} on {host.description})",
+        )
+    }
+    env = build_env(options, host)
+    found_here = f"found on the machine that planned ({host.description}); set it to yours"
+    for key in ("OpenMP_ROOT", "CMAKE_PREFIX_PATH", "CPATH", "CMAKE_C_COMPILER_LAUNCHER",
+                "CMAKE_CXX_COMPILER_LAUNCHER"):  # fmt: skip
+        if key in env and key not in options.line.build_env:
+            given = options.libomp is not None and "COMPILER_LAUNCHER" not in key
+            out[key] = Computed(shlex.quote(env[key]), "from --libomp" if given else found_here)
+    return out
+
+
 def venv_python(options: Options, python: PythonTarget) -> Path:
     return options.layout.venvs / python.tag / "bin" / "python"
+
+
+def toolchain_command(options: Options, python: PythonTarget) -> tuple[str, ...]:
+    return (
+        str(venv_python(options, python)), "-m", "pip", "install", *toolchain.INSTALL_OPTIONS,
+        "-r", str(options.line.pins),
+    )  # fmt: skip
+
+
+def toolchain_notes(options: Options) -> list[str]:
+    """The pinned toolchain as the plan shows it: per Python, each pin and its files' hashes."""
+    chain = toolchain.load(options.line.pins)
+    heading = (
+        f"pinned build toolchain: {chain.path} (sha256 {chain.sha256}); pip installs it with "
+        "--require-hashes and refuses any file whose sha256 is not listed:"
+    )
+    out = [heading]
+    for python in options.pythons:
+        for pin in chain.for_python(python.version):
+            files = [
+                f"{item.filename} sha256:{item.sha256}"
+                for item in pin.files
+                if item.python_tag == python.tag
+            ]
+            for what in files or ["(no file recorded)"]:
+                out.append(f"  {python.tag} {pin.name}=={pin.version}  {what}")
+    return out
 
 
 def wheel_command(options: Options, python: PythonTarget) -> tuple[str, ...]:
@@ -221,17 +271,15 @@ def python_steps(options: Options, index: int) -> list[Step]:
             log_name=log_name,
         ),
         Step(
-            f"upstream's build requirements into the {python.tag} venv",
-            (
-                str(venv_python(options, python)),
-                "-m",
-                "pip",
-                "install",
-                "-r",
-                str(tree / "requirements.txt"),
-                "wheel",
-            ),
+            f"the line's pinned build toolchain into the {python.tag} venv "
+            f"({options.line.pins.name}, every file checked against its sha256)",
+            toolchain_command(options, python),
             log_name=log_name,
+        ),
+        Step(
+            "preflight: Xcode, macOS SDK, Metal compiler, libomp's minimum macOS, cmake, ninja, "
+            "free disk and the interpreter's architecture, before any compiling",
+            action=lambda: preflight(options, host_mod.probe(), python),
         ),
     ]
     if index > 0:
@@ -250,10 +298,12 @@ def python_steps(options: Options, index: int) -> list[Step]:
     )
     steps.append(
         Step(
-            f"wheel for {python.tag} ({what})",
+            f"wheel for {python.tag} ({what}); the venv's bin/ first on PATH, so setup.py's "
+            "cmake and ninja are the pinned ones",
             wheel_command(options, python),
             cwd=tree,
             log_name=log_name,
+            path_prepend=venv / "bin",
         )
     )
     return steps
@@ -270,15 +320,60 @@ def notes(options: Options, host: Host) -> list[str]:
         out.append("native x86_64 build")
     if options.libomp_prefix(host.libomp_prefix) is None:
         out.append(
-            "libomp NOT FOUND: install it with `brew install libomp` (x86_64 Homebrew in /usr/local)"
+            f"libomp NOT FOUND: pass one built for macOS {options.line.macos_deployment_target} "
+            "or older with --libomp PREFIX (conda-forge's llvm-openmp for osx-64), or "
+            "`brew install libomp` (x86_64 Homebrew in /usr/local) when this Mac runs that macOS"
         )
     if not (host.ccache or host.sccache):
         out.append("no ccache or sccache found: rebuilds start from scratch")
     return out
 
 
-def preflight(options: Options, host: Host) -> None:
-    """What must be true before hours of compiling start."""
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _tool_version(path: Path) -> str | None:
+    text = host_mod.command_output(str(path), "--version")
+    return text.splitlines()[0] if text else None
+
+
+def probe_facts(options: Options, host: Host, python: PythonTarget | None) -> preflight_mod.Facts:
+    """The facts ``preflight.check`` judges, probed on this Mac (``python``: its venv's tools)."""
+    xcode = host_mod.command_output("xcodebuild", "-version")
+    match = re.search(r"Xcode\s+(\d+(?:\.\d+)*)", xcode or "")
+    libomp = options.libomp_prefix(host.libomp_prefix)
+    dylib = libomp / "lib" / "libomp.dylib" if libomp is not None else None
+    metal = host_mod.command_output("xcrun", "--sdk", "macosx", "metal", "--version")
+    interpreters = {}
+    for target in options.pythons:
+        machine = host_mod.command_output(
+            target.executable, "-c", "import platform; print(platform.machine())"
+        )
+        if machine:
+            interpreters[target.version] = machine
+    bin_dir = venv_python(options, python).parent if python is not None else None
+    return preflight_mod.Facts(
+        xcode=match[1] if match else None,
+        sdk=host_mod.command_output("xcrun", "--sdk", "macosx", "--show-sdk-version"),
+        metal=metal is not None,
+        libomp=dylib if dylib is not None and dylib.is_file() else None,
+        free_bytes=shutil.disk_usage(_existing(options.work_dir)).free,
+        interpreters=interpreters,
+        cmake=_tool_version(bin_dir / "cmake") if bin_dir else None,
+        ninja=_tool_version(bin_dir / "ninja") if bin_dir else None,
+        cross_build=is_cross_build(host),
+    )
+
+
+def preflight(options: Options, host: Host, python: PythonTarget | None = None) -> None:
+    """What must be true before hours of compiling start.
+
+    Without ``python``: before anything is installed (cmake and ninja are not judged yet).
+    With it: after its venv got the pinned toolchain, right before its compile.
+    """
     libomp = options.libomp_prefix(host.libomp_prefix)
     if libomp is None:
         raise BuildError(
@@ -289,14 +384,21 @@ def preflight(options: Options, host: Host) -> None:
         )
     if not (libomp / "include" / "omp.h").is_file():
         raise BuildError(f"--libomp {libomp}: no include/omp.h there.")
-    for python in options.pythons:
-        if not python.found:
+    for target in options.pythons:
+        if not target.found:
             raise BuildError(
-                f"Python {python.version} is not on PATH (looked for {python.executable}).\n"
-                f"Install it (python.org installer, or `brew install python@{python.version}`) "
+                f"Python {target.version} is not on PATH (looked for {target.executable}).\n"
+                f"Install it (python.org installer, or `brew install python@{target.version}`) "
                 "or pass its path with --python."
             )
     if not (options.layout.patched_tree / "setup.py").is_file():
         raise BuildError(
             f"{options.layout.patched_tree} has no setup.py: run the patch stage first."
         )
+    pinned = None
+    if python is not None:
+        pinned = toolchain.load(options.line.pins).versions(python.version)
+    facts = probe_facts(options, host, python)
+    preflight_mod.enforce(
+        options.line, facts, [target.version for target in options.pythons], pinned=pinned
+    )

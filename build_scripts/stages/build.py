@@ -3,7 +3,7 @@
 Two builders:
 
 - ``pytorch-macos`` (default): PyTorch's own CMake build with MPS on, for macOS x86_64
-  (``macos.py`` holds the plan). On any other OS it stops with exit code 2, saying what is
+  (``macos.py`` holds the plan). On any other OS it stops with exit code 3 ("needs a Mac"), saying what is
   done and what to run on a Mac.
 - ``setuptools``: a generic ``pip wheel`` of a small ``setup.py`` tree that is *not*
   PyTorch, with the same version variables. The test suite's fixture upstream goes through
@@ -18,17 +18,22 @@ from __future__ import annotations
 import argparse
 import functools
 import shutil
+from collections.abc import Callable
 from typing import Any
 
-from ..core import _fsutil, _stage, buildinfo
+from ..core import _fsutil, _stage, buildinfo, preflight, toolchain
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
 from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget
-from ..core.records import BUILT, SourceRecord, read_series_marker
+from ..core.records import BUILT, SERIES_MARKER, SourceRecord, read_series_marker
 from ..platforms import macos
+
+#: How the build stage re-applies the series to a stale tree: the patch stage's run, passed
+#: in by whoever runs the stages (``pipeline``), so that this stage imports no other.
+Repatch = Callable[[Options, Log], object]
 
 
 def _empty_raw(options: Options, python: PythonTarget) -> None:
@@ -66,9 +71,45 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
             libomp=options.libomp_prefix(host.libomp_prefix),
             launcher=host.ccache or host.sccache,
         ),
+        "build_requirements": _build_requirements(options, python),
         "built_at": buildinfo.now(),
     }
     _fsutil.write_json_atomic(layout.dist(python) / BUILT, record)
+
+
+def _build_requirements(options: Options, python: PythonTarget) -> dict[str, Any] | None:
+    """The pinned toolchain the wheel was built with (None: the generic builder pins none)."""
+    if options.builder != "pytorch-macos":
+        return None
+    chain = toolchain.load(options.line.pins)
+    return {
+        "pins": chain.path.relative_to(options.catalog.path.parent).as_posix(),
+        "pins_sha256": chain.sha256,
+        "versions": chain.versions(python.version),
+    }
+
+
+def current_tree(options: Options, log: Log, repatch: Repatch) -> None:
+    """Patch the tree again when the catalog's series changed since it was patched.
+
+    Without this, ``build`` alone would compile the old series, and only ``verify``, after
+    hours of compiling, would notice.
+    """
+    tree = options.layout.patched_tree
+    marker = read_series_marker(tree)
+    wanted = options.line.series_fingerprint
+    if marker is None:
+        raise BuildError(
+            f"{tree} is not a patched tree (no {SERIES_MARKER}): run the patch stage first "
+            f"(python -m intelmac_torch_builder patch --torch {options.line.version})."
+        )
+    found = str(marker.get("series_fingerprint"))
+    if found != wanted:
+        log.warning(
+            f"{tree} carries series {found[:12]}, but the catalog's series is now {wanted[:12]}: "
+            "patching it again before compiling"
+        )
+        repatch(options, log)
 
 
 def _generic_steps(options: Options, index: int) -> list[Step]:
@@ -118,18 +159,23 @@ def plan(options: Options, host: Host) -> Section:
             )
         )
     if options.builder == "pytorch-macos":
-        notes = macos.notes(options, host)
+        notes = macos.notes(options, host) + macos.toolchain_notes(options)
         if not host.is_macos:
             notes.append(
-                f"this host is {host.system}: a real run stops before this stage with exit code 2"
+                f"this host is {host.system}: a real run stops before this stage with exit code 3 (needs a Mac)"
             )
         env = macos.build_env(options, host)
     else:
         notes = ["generic setuptools builder: for small setup.py trees that are not PyTorch"]
         env = {"PYTORCH_BUILD_VERSION": options.wheel_version, "PYTORCH_BUILD_NUMBER": "0"}
     notes.append(f"full logs: {layout.logs}/build-<python tag>.log")
+    computed = macos.computed_env(options, host) if options.builder == "pytorch-macos" else {}
     return Section(
-        f"build: {options.wheel_version} in {layout.patched_tree}", tuple(notes), env, tuple(steps)
+        f"build: {options.wheel_version} in {layout.patched_tree}",
+        tuple(notes),
+        env,
+        tuple(steps),
+        computed,
     )
 
 
@@ -153,7 +199,9 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         f"against Apple's Metal frameworks, which ship only with Xcode. This host is {host.description}.\n"
         + done
         + "To finish, on an Intel Mac (native x86_64; an Apple-silicon Mac can cross-build, best "
-        "effort) with Xcode's command line tools and `brew install libomp ccache`:\n"
+        f"effort) with Xcode {preflight.xcode_for_sdk(options.line.macos_sdk_min)} or later, a "
+        f"libomp built for macOS {options.line.macos_deployment_target} or older (`--libomp`) "
+        "and ccache:\n"
         "  git clone <this repository> && cd <it>\n"
         f"  make build VERSION={options.line.version} PYTHON='{pythons}'\n"
         "See every command and variable it will use first with:\n"
@@ -173,11 +221,12 @@ def _preflight_generic(options: Options) -> None:
         )
 
 
-def build(options: Options, log: Log, host: Host | None = None) -> None:
+def build(options: Options, log: Log, host: Host | None = None, *, repatch: Repatch) -> None:
     host = host or host_mod.probe()
+    if options.builder == "pytorch-macos" and not host.is_macos:
+        raise UnsupportedHostError(unsupported_host_message(options, host))
+    current_tree(options, log, repatch)
     if options.builder == "pytorch-macos":
-        if not host.is_macos:
-            raise UnsupportedHostError(unsupported_host_message(options, host))
         macos.preflight(options, host)
     else:
         _preflight_generic(options)
@@ -196,19 +245,21 @@ def build(options: Options, log: Log, host: Host | None = None) -> None:
                 step.argv,
                 label=step.title,
                 log_file=options.layout.logs / (step.log_name or "build.log"),
-                env=env,
+                env=step.environment(env),
                 cwd=step.cwd,
             )
         elif step.action is not None:
             step.action()
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], *, repatch: Repatch
+) -> None:
     _stage.register(
         subparsers,
         "build",
         "compile the patched tree into wheels (macOS)",
         lambda options: plan(options, host_mod.probe()),
-        build,
+        lambda options, log: build(options, log, repatch=repatch),
         groups=("python", "builder", "libomp"),
     )

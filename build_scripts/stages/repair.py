@@ -78,6 +78,7 @@ def build_info(options: Options, record: dict[str, Any], repair_note: str) -> di
         "series_fingerprint": record.get("series_fingerprint"),
         "patches": record.get("patches"),
         "toolchain": toolchain,
+        "build_requirements": record.get("build_requirements"),
         "built_at": record.get("built_at"),
         "python": record.get("python"),
         "builder": record["builder"],

@@ -27,6 +27,7 @@ import subprocess
 import tarfile
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,7 @@ from ..core import _fsutil, _stage
 from ..core._locks import held
 from ..core._log import Log
 from ..core._plan import Section, Step
-from ..core.catalog import Catalog
+from ..core.catalog import Catalog, yaml_error
 from ..core.errors import BuildError
 from ..core.options import FetchSettings, Options
 from ..core.records import SourceKind, SourceRecord
@@ -90,7 +91,7 @@ def _read_pins(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except yaml.YAMLError as exc:
-        raise BuildError(f"{path} is not valid YAML: {exc}") from None
+        raise BuildError(yaml_error(path, exc)) from None
     pins = document.get("pins", {}) if isinstance(document, dict) else None
     if not isinstance(pins, dict):
         raise BuildError(f"{path}: field 'pins' must be a mapping of version to pin.")
@@ -171,12 +172,23 @@ def resolve_source(options: Options) -> ResolvedSource:
     if path.is_dir():
         return ResolvedSource("directory", str(path), None, "local directory (not checksum-pinned)")
     if path.is_file():
+        if path.name == options.line.source.filename:
+            # The release tarball's own name: whatever its folder, it must be the file the
+            # catalog pinned (a local copy is no reason to skip the check).
+            pin, origin = _pin(options)
+            if pin is not None:
+                return ResolvedSource(
+                    "tarball", str(path), pin, f"{origin}; {path.name} is the release tarball"
+                )
         origin = (
             "--sha256" if options.sha256 else "none: a local tarball is checked only with --sha256"
         )
         return ResolvedSource("tarball", str(path), options.sha256, origin)
+    if path.exists():
+        raise BuildError(f"--source {spec}: {path} is neither a regular file nor a directory.")
     raise BuildError(
-        f"--source {spec}: not a URL, 'git', 'git+<repo>', or an existing tarball or directory."
+        f"--source {spec}: no such file or directory ({path}). Give the path of a release "
+        "tarball or a source tree that exists, a URL, 'git' or 'git+<repo>'."
     )
 
 
@@ -436,11 +448,36 @@ def check_member(member: tarfile.TarInfo, archive: Path) -> None:
             raise refuse(f"is a link to {target!r}, outside the tree")
 
 
-def extract_tarball(archive: Path, destination: Path, log: Log) -> None:
+def _truncated(exc: BaseException) -> bool:
+    """Whether a tarfile/gzip error means the file stops early (an interrupted download)."""
+    text = str(exc).lower()
+    return isinstance(exc, EOFError) or any(
+        words in text for words in ("unexpected end of data", "truncated", "ended before")
+    )
+
+
+def _incomplete(archive: Path, exc: BaseException, cached: bool) -> BuildError:
+    if cached:
+        archive.unlink(missing_ok=True)
+        archive.with_name(archive.name + ".sha256.json").unlink(missing_ok=True)
+        what = "It was removed from the download cache; run again to download it again."
+    else:
+        what = (
+            "Download it again (the release tarball is on the catalog's URL); your file was "
+            "left where it is."
+        )
+    return BuildError(
+        f"{archive} is incomplete: it ends before the archive does ({exc}). An interrupted "
+        f"download or copy leaves such a file. {what} Nothing was extracted into the work dir."
+    )
+
+
+def extract_tarball(archive: Path, destination: Path, log: Log, *, cached: bool = False) -> None:
     """Extract ``archive`` into a fresh directory and rename it onto ``destination``.
 
     One pass over the stream (a PyTorch tarball is about a gigabyte unpacked). A tarball
     with one top-level folder (``pytorch-vX.Y.Z/``) gives that folder as the tree.
+    ``cached``: the archive is this tool's download, which an incomplete one is deleted from.
     """
     staging = _fsutil.temp_dir_beside(destination)
     try:
@@ -456,7 +493,9 @@ def extract_tarball(archive: Path, destination: Path, log: Log) -> None:
                     kwargs["filter"] = "data"
                 try:
                     tar.extract(member, staging, **kwargs)
-                except tarfile.TarError as exc:
+                except (tarfile.TarError, EOFError) as exc:
+                    if _truncated(exc):
+                        raise _incomplete(archive, exc, cached) from None
                     raise UnsafeArchive(f"Refusing to extract {archive.name}: {exc}") from None
         entries = list(staging.iterdir())
         root = entries[0] if len(entries) == 1 and entries[0].is_dir() else staging
@@ -467,8 +506,10 @@ def extract_tarball(archive: Path, destination: Path, log: Log) -> None:
             shutil.rmtree(staging)
             staging = inner
         _fsutil.swap_dir_into_place(staging, destination)
-    except tarfile.TarError as exc:
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if _truncated(exc):
+            raise _incomplete(archive, exc, cached) from None
         raise BuildError(f"{archive} is not a readable tarball: {exc}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -558,8 +599,10 @@ def fetch(options: Options, log: Log) -> SourceRecord:
         archive = Path(source.location)
         sha = _fsutil.sha256_file(archive)
         if source.expected_sha256 and sha != source.expected_sha256:
-            raise _mismatch(archive, source.expected_sha256, sha, "--sha256", removed=False)
-        if not source.expected_sha256:
+            raise _mismatch(archive, source.expected_sha256, sha, source.pin_origin, removed=False)
+        if source.expected_sha256:
+            log.info(f"sha256 OK: {sha} ({source.pin_origin})")
+        else:
             log.warning(
                 f"{archive.name} is not checked against any pin (pass --sha256 to check it)"
             )
@@ -578,7 +621,7 @@ def fetch(options: Options, log: Log) -> SourceRecord:
         return previous
 
     if source.kind in ("url", "tarball"):
-        extract_tarball(archive, layout.source_tree, log)
+        extract_tarball(archive, layout.source_tree, log, cached=source.kind == "url")
     elif source.kind == "directory":
         log.warning(f"{source.location} is a local directory: it is copied as it is, unchecked")
         copy_directory(Path(source.location), layout.source_tree, log)

@@ -62,14 +62,38 @@ def test_error_names_file_entry_and_field(tmp_path: Path) -> None:
         catalog.load(path)
     message = str(error.value)
     assert str(path) in message
-    assert "entry 0 (version 1.0.0)" in message
-    assert "field 'python.0'" in message
+    # Named by its version, not by a 0-based index; the type error says what was expected.
+    assert "release line 1.0.0, field 'python.0'" in message
+    assert "entry 0" not in message
+    assert "got 'three' (a string), expected a string matching ^3\\.[0-9]+$" in message
 
 
 def test_bad_sha256_pin_is_named(tmp_path: Path) -> None:
     document = _minimal()
     document["lines"][0]["source"]["sha256"] = "abc"  # type: ignore[index]
     with pytest.raises(CatalogError, match=r"field 'source.sha256'"):
+        catalog.load(_write(tmp_path, document))
+
+
+def test_type_error_says_what_was_expected(tmp_path: Path) -> None:
+    document = _minimal()
+    document["lines"][0]["source"]["sha256"] = 12345  # type: ignore[index]
+    with pytest.raises(CatalogError) as error:
+        catalog.load(_write(tmp_path, document))
+    message = str(error.value)
+    assert "is not valid under any of the given schemas" not in message
+    assert (
+        "release line 1.0.0, field 'source.sha256': got 12345 (a number), expected a string "
+        "matching ^[0-9a-f]{64}$ or null"
+    ) in message
+
+
+def test_entry_without_a_version_is_named_by_position(tmp_path: Path) -> None:
+    document = _minimal()
+    second = dict(document["lines"][0])  # type: ignore[index]
+    del second["version"]
+    document["lines"].append(second)  # type: ignore[union-attr]
+    with pytest.raises(CatalogError, match=r"release line #2 \(it has no valid version\)"):
         catalog.load(_write(tmp_path, document))
 
 
@@ -93,11 +117,14 @@ def test_unknown_version_lists_the_supported_ones(tmp_path: Path) -> None:
         loaded.line("3.0.0")
 
 
-def test_not_yaml(tmp_path: Path) -> None:
+def test_not_yaml_names_the_file_and_the_place(tmp_path: Path) -> None:
     path = tmp_path / "catalog.yaml"
-    path.write_text("lines: [unclosed")
-    with pytest.raises(CatalogError, match="not valid YAML"):
+    path.write_text("lines: [unclosed\n  x: 1\n")
+    with pytest.raises(CatalogError) as error:
         catalog.load(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}, line 2, column 4: not valid YAML: ")
+    assert "<unicode string>" not in message
 
 
 def test_fingerprint_changes_with_patch_content(tmp_path: Path) -> None:

@@ -102,13 +102,21 @@ STAGE_COMMANDS = ("fetch", "patch", "build", "repair", "verify", "index", "all")
 
 
 def _registering_module(command: str) -> Path:
-    for name in cli.SUBCOMMAND_MODULES:
-        scratch = argparse.ArgumentParser()
-        importlib.import_module(name).register(scratch.add_subparsers())
-        if command in _subcommands(scratch):
-            relative = name.removeprefix("intelmac_torch_builder.").replace(".", "/")
-            return PACKAGE_DIR / f"{relative}.py"
-    raise AssertionError(f"no module registers {command}")
+    """The stage module whose ``_stage.register(subparsers, "<command>", ...)`` adds it."""
+    if command == "all":
+        return PACKAGE_DIR / "pipeline.py"
+    for path in sorted((PACKAGE_DIR / "stages").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "register"
+                and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value == command
+            ):
+                return path
+    raise AssertionError(f"no stage module registers {command}")
 
 
 def _code_of(module: Path) -> Iterator[Path]:

@@ -80,14 +80,14 @@ class Project:
     def tarball_name(self) -> str:
         return self.tarball.name
 
-    def cli(self, command: str, *args: str) -> Result:
-        """Run ``command`` with the project's folders and settings, and ``args``.
+    def argv(self, command: str, *args: str) -> list[str]:
+        """The CLI's arguments for ``command`` with the project's catalog, folders and ``args``.
 
         Like one set of make flags given to every stage, the project's options (and ``args``)
         go to each command only where it takes them: ``patch`` has no ``--cache-dir``. An
         option no command takes still goes through, so a misspelt one fails the test.
         """
-        argv = [
+        return [command, *_taken_by(command, [
             "--catalog", str(self.catalog),
             "--work-dir", str(self.work),
             "--cache-dir", str(self.cache),
@@ -96,9 +96,12 @@ class Project:
             "--timeout", "5",
             *self.extra,
             *args,
-        ]  # fmt: skip
+        ])]  # fmt: skip
+
+    def cli(self, command: str, *args: str) -> Result:
+        argv = self.argv(command, *args)
         self.capsys.readouterr()
-        code = cli.main([command, *_taken_by(command, argv)])
+        code = cli.main(argv)
         captured = self.capsys.readouterr()
         return Result(code, captured.out, captured.err)
 

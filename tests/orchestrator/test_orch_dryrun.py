@@ -7,6 +7,7 @@ the series grows); everything else is: commands, variables, folders.
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from intelmac_torch_builder import cli
 from intelmac_torch_builder.core import catalog, host
-from intelmac_torch_builder.core.host import GIB, Host
+from intelmac_torch_builder.core.host import GIB, MAX_JOBS_SHELL, Host
 from intelmac_torch_builder.platforms.macos import PythonPaths, rewrite_cmake_cache
 
 INTEL = Host(
@@ -62,16 +63,24 @@ def section(out: str, name: str) -> list[str]:
 
 
 def exports(lines: list[str]) -> dict[str, str]:
+    """The exported values, as the shell sees them (MAX_JOBS: its expression, unexpanded)."""
     found = {}
     for line in lines:
         if line.startswith("export "):
             key, _, value = line[len("export ") :].partition("=")
-            found[key] = shlex.split(value)[0] if value else ""
+            if value.startswith("$(("):
+                found[key] = value[: value.index("))") + 2]
+            else:
+                found[key] = shlex.split(value, comments=True)[0] if value else ""
     return found
 
 
 def commands(lines: list[str]) -> list[str]:
     return [line for line in lines if not line.startswith(("#", "export ", "## "))]
+
+
+def pins(version: str) -> Path:
+    return catalog.load().line(version).pins
 
 
 def base_env(version: str, deployment_target: str, jobs: int) -> dict[str, str]:
@@ -83,7 +92,7 @@ def base_env(version: str, deployment_target: str, jobs: int) -> dict[str, str]:
         "MACOSX_DEPLOYMENT_TARGET": deployment_target,
         "PYTORCH_BUILD_VERSION": f"{version}+intelmac",
         "PYTORCH_BUILD_NUMBER": "0",
-        "MAX_JOBS": str(jobs),
+        "MAX_JOBS": MAX_JOBS_SHELL,
         "CMAKE_C_COMPILER_LAUNCHER": "/usr/local/bin/ccache",
         "CMAKE_CXX_COMPILER_LAUNCHER": "/usr/local/bin/ccache",
         "OpenMP_ROOT": "/usr/local/opt/libomp",
@@ -107,9 +116,24 @@ def test_intel_mac_plan_for_2_6_0(
     venv = root / "venvs" / "cp312"
     assert commands(build) == [
         f"{fake_mac}/python3.12 -m venv {venv}",
-        f"{venv}/bin/python -m pip install -r {root}/patched/requirements.txt wheel",
-        f"(cd {root}/patched && {venv}/bin/python setup.py bdist_wheel --dist-dir {root}/dist/cp312/raw)",
+        (
+            f"{venv}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps "
+            f"-r {pins('2.6.0')}"
+        ),
+        (
+            f'(cd {root}/patched && PATH={venv}/bin:"$PATH" {venv}/bin/python setup.py '
+            f"bdist_wheel --dist-dir {root}/dist/cp312/raw)"
+        ),
     ]
+    text = "\n".join(build)
+    # The pinned, hashed toolchain, file by file, for this Python.
+    assert "# pinned build toolchain: " in text and "--require-hashes" in text
+    assert (
+        "#   cp312 numpy==2.0.2  numpy-2.0.2-cp312-cp312-macosx_10_9_x86_64.whl "
+        "sha256:df55d490dea7934f330006d0f81e8551ba6010a5bf035a249ef61a94f21c500b"
+    ) in text
+    assert "#   cp312 cmake==3.31.4  cmake-3.31.4-py3-none-macosx_10_10_universal2.whl sha256:" in text
+    assert "# preflight: Xcode, macOS SDK, Metal compiler, libomp's minimum macOS" in text
     assert "# native x86_64 build" in build
     assert not any("CROSS BUILD" in line for line in build)
     assert exports(section(out, "repair")) == {"MACOSX_DEPLOYMENT_TARGET": "13.0"}
@@ -139,11 +163,11 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
     v12, v13 = root / "venvs" / "cp312", root / "venvs" / "cp313"
     assert commands(build) == [
         f"{fake_mac}/python3.12 -m venv {v12}",
-        f"{v12}/bin/python -m pip install -r {root}/patched/requirements.txt wheel",
-        f"(cd {root}/patched && {v12}/bin/python -m pip wheel --no-build-isolation --no-deps -v --wheel-dir {root}/dist/cp312/raw .)",
+        f"{v12}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",
+        f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {v12}/bin/python -m pip wheel --no-build-isolation --no-deps -v --wheel-dir {root}/dist/cp312/raw .)',
         f"{fake_mac}/python3.13 -m venv {v13}",
-        f"{v13}/bin/python -m pip install -r {root}/patched/requirements.txt wheel",
-        f"(cd {root}/patched && {v13}/bin/python -m pip wheel --no-build-isolation --no-deps -v --wheel-dir {root}/dist/cp313/raw .)",
+        f"{v13}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",
+        f'(cd {root}/patched && PATH={v13}/bin:"$PATH" {v13}/bin/python -m pip wheel --no-build-isolation --no-deps -v --wheel-dir {root}/dist/cp313/raw .)',
     ]
     text = "\n".join(build)
     assert "# wheel for cp312 (compiles everything)" in text
@@ -219,9 +243,11 @@ def test_linux_dry_run_says_the_real_run_stops(
     monkeypatch.setattr(host, "probe", lambda: linux)
     out = dry_run(capsys, tmp_path / "work", "--torch", "2.6.0")
     build = "\n".join(section(out, "build"))
-    assert "this host is Linux: a real run stops before this stage with exit code 2" in build
+    assert "this host is Linux: a real run stops before this stage with exit code 3" in build
     assert "libomp NOT FOUND" in build
-    assert "export MAX_JOBS=2" in build
+    # Sized where the plan runs, not on this 2-core Linux machine; the plan says so.
+    assert f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory" in build
+    assert "(here: 2 on Linux x86_64, 2 cores, 8 GiB)" in build
 
 
 def _paths(root: str, version: str, patch_level: int) -> PythonPaths:
@@ -323,3 +349,69 @@ def test_cmake_cache_rewrite_between_two_real_interpreters(tmp_path: Path) -> No
         "USE_MPS:BOOL=ON\n"
     )
     assert changed == 5
+
+
+def _script(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+BASH = shutil.which("bash")  # looked up before fake_mac narrows PATH
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_the_plan_runs_when_pasted(
+    fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bash = str(BASH)
+    work = tmp_path / "work"
+    out = dry_run(capsys, work, "--torch", "2.6.0", "--python", "3.12")
+    subprocess.run([bash, "-n"], input=out, text=True, check=True)  # the whole plan parses
+
+    # A pretend Mac's tools: sysctl says 12 cores and 16 GiB; delocate-wheel and the build
+    # venv's python print what they were given.
+    tools = tmp_path / "tools"
+    _script(tools / "sysctl", 'case "$2" in hw.ncpu) echo 12;; hw.memsize) echo 17179869184;; esac\n')
+    _script(tools / "delocate-wheel", 'for a in "$@"; do echo "$a"; done\n')
+    root = work / "2.6.0"
+    venv_bin = root / "venvs" / "cp312" / "bin"
+    _script(venv_bin / "python", 'echo "cwd=$PWD"; echo "cmake=$(command -v cmake)"\n')
+    _script(venv_bin / "cmake", "exit 0\n")
+    _script(tools / "cmake", "exit 0\n")  # another cmake on PATH: the venv's must win
+    (root / "patched").mkdir(parents=True)
+    wheel = root / "dist" / "cp312" / "raw" / "torch-2.6.0+intelmac-cp312-cp312-macosx_13_0_x86_64.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"")
+    env = {"PATH": f"{tools}:/usr/bin:/bin"}
+
+    def paste(text: str) -> list[str]:
+        result = subprocess.run(
+            [bash, "-c", text], capture_output=True, text=True, env=env, check=False
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    build = section(out, "build")
+    max_jobs = next(line for line in build if line.startswith("export MAX_JOBS="))
+    assert paste(max_jobs + '\necho "$MAX_JOBS"') == ["8"]  # 16 GiB / 2 GiB bounds the 12 cores
+    compile_line = commands(build)[-1]
+    assert paste(compile_line) == [f"cwd={root}/patched", f"cmake={venv_bin}/cmake"]
+    delocate = commands(section(out, "repair"))[0]
+    assert paste(delocate)[-1] == str(wheel)  # the glob expanded to the built wheel
+
+
+def test_build_information_records_the_pinned_toolchain(fake_mac: Path) -> None:
+    from intelmac_torch_builder.core.options import resolve
+    from intelmac_torch_builder.stages import build as build_stage
+    from intelmac_torch_builder.stages import repair
+
+    args = cli.make_parser().parse_args(["build", "--torch", "2.6.0", "--python", "3.12"])
+    options = resolve(args)
+    record = build_stage._build_requirements(options, options.pythons[0])
+    assert record is not None
+    assert record["pins"] == "toolchain/2.6.0.txt"
+    assert record["pins_sha256"] == hashlib.sha256(pins("2.6.0").read_bytes()).hexdigest()
+    assert record["versions"]["cmake"] == "3.31.4" and record["versions"]["numpy"] == "2.0.2"
+    info = repair.build_info(options, {"builder": "pytorch-macos", "build_requirements": record}, "n")
+    assert info["build_requirements"] == record

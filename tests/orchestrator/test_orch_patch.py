@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 from orch_fixture import MPS_BEFORE, POLICY_PATH, write_conflicting_patch
@@ -105,3 +106,32 @@ def test_patch_before_fetch_says_what_to_run(project: Project) -> None:
 def test_fixture_base_is_what_the_stale_patch_does_not_match() -> None:
     # Guards the conflict tests: the stale patch's context must really differ from upstream.
     assert "# exclude Intel GPUs" in MPS_BEFORE
+
+
+def _wheel_files(project: Project) -> set[str]:
+    wheels = list((project.work / project.version / "dist").glob("cp*/raw/*.whl"))
+    assert len(wheels) == 1, wheels
+    with zipfile.ZipFile(wheels[0]) as archive:
+        return set(archive.namelist())
+
+
+def test_build_stage_repatches_a_tree_from_an_older_series(project: Project) -> None:
+    # Patched with the first patch only; then the catalog's series grows.
+    assert project.cli("fetch").code == 0
+    project.rewrite_catalog(patches=project.patches[:1])
+    assert project.cli("patch").code == 0
+    project.rewrite_catalog(patches=project.patches)
+    # `build` alone, without `patch` first: it must not compile the old series.
+    result = project.cli("build", "--builder", "setuptools")
+    assert result.code == 0, result.text
+    assert "but the catalog's series is now" in result.err and "patching it again" in result.err
+    assert POLICY_PATH in _wheel_files(project)
+    marker = json.loads((project.work / project.version / "patched" / ".intelmac-series.json").read_text())
+    assert marker["patches"] == [patch.name for patch in project.patches]
+
+
+def test_build_stage_on_an_unpatched_tree_says_what_to_run(project: Project) -> None:
+    assert project.cli("fetch").code == 0
+    result = project.cli("build", "--builder", "setuptools")
+    assert result.code == 1
+    assert "is not a patched tree" in result.err and "run the patch stage first" in result.err

@@ -88,11 +88,13 @@ def test_all_from_http_to_pip_install(project: Project, tmp_path: Path) -> None:
     assert took < 2.0  # in-process; tests/bench_orchestrator.py measures the real command
 
 
-def test_non_macos_host_stops_after_patching_with_exit_2(project: Project) -> None:
+def test_non_macos_host_stops_after_patching_with_exit_3(project: Project) -> None:
     if sys.platform == "darwin":
         pytest.skip("on macOS the default builder would really compile")
     result = project.cli("all")
-    assert result.code == 2, result.text
+    assert result.code == 3, result.text  # "needs a Mac", not an error (1)
+    outcome = json.loads((project.work / project.version / "outcome.json").read_text())
+    assert outcome == {"outcome": "needs-mac", "exit_code": 3}
     patched = project.work / project.version / "patched"
     assert (patched / "torch" / "backends" / "mps" / "_policy.py").is_file()
     assert str(patched) in result.err
@@ -154,8 +156,8 @@ def test_malformed_catalog_names_the_field(project: Project) -> None:
     project.catalog.write_text(text)
     result = project.cli("fetch")
     assert result.code == 1
-    assert "macos_deployment_target" in result.err
-    assert f"version {project.version}" in result.err
+    assert f"release line {project.version}, field 'macos_deployment_target'" in result.err
+    assert "got 'thirteen' (a string), expected a string matching" in result.err
     assert str(project.catalog) in result.err
 
 

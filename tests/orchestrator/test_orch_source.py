@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -207,14 +208,80 @@ def test_links_inside_the_tree_are_fine(project: Project) -> None:
 
 
 def test_local_tarball_with_wrong_sha256_is_kept_and_refused(project: Project) -> None:
-    result = project.cli("fetch", "--source", str(project.tarball), "--sha256", "2" * 64)
-    # The catalog pin and --sha256 disagree only for URLs; a local tarball is checked alone.
+    # Not the release tarball's name: only --sha256 checks it.
+    copy = project.root / "my-copy.tar.gz"
+    shutil.copyfile(project.tarball, copy)
+    result = project.cli("fetch", "--source", str(copy), "--sha256", "2" * 64)
     assert result.code == 1
     assert "expected " + "2" * 64 in result.err and "left where it is" in result.err
-    assert project.tarball.exists()
-    ok = project.cli("fetch", "--source", str(project.tarball), "--sha256", project.sha256)
+    assert copy.exists()
+    ok = project.cli("fetch", "--source", str(copy), "--sha256", project.sha256)
     assert ok.code == 0, ok.text
     assert project.server.requests == []  # offline: the server was never asked
+
+
+def test_local_release_tarball_is_checked_against_the_catalog_pin(project: Project) -> None:
+    # A file named like the release tarball, given without SHA256, with other content.
+    elsewhere = project.root / "downloads-elsewhere" / project.tarball_name
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(
+        tar_bytes([(tarfile.TarInfo("pytorch-v1.0.0/setup.py"), b"print('not the release')\n")])
+    )
+    actual = hashlib.sha256(elsewhere.read_bytes()).hexdigest()
+    result = project.cli("fetch", "--source", str(elsewhere))
+    assert result.code == 1, result.text
+    assert f"expected {project.sha256}" in result.err and f"actual   {actual}" in result.err
+    assert "catalog" in result.err and "left where it is" in result.err
+    assert elsewhere.exists()
+    assert not (project.work / project.version / "source").exists()
+    # The real release tarball, from a local folder: checked against the pin, no warning.
+    ok = project.cli("fetch", "--source", str(project.tarball))
+    assert ok.code == 0, ok.text
+    assert f"sha256 OK: {project.sha256}" in ok.err
+    assert "not checked against any pin" not in ok.err
+    assert project.server.requests == []
+
+
+def test_other_local_tarball_without_sha256_gets_the_warning(project: Project) -> None:
+    copy = project.root / "my-copy.tar.gz"
+    shutil.copyfile(project.tarball, copy)
+    result = project.cli("fetch", "--source", str(copy))
+    assert result.code == 0, result.text
+    assert "my-copy.tar.gz is not checked against any pin" in result.err
+
+
+def test_missing_source_path_says_no_such_file(project: Project) -> None:
+    missing = project.root / "nowhere" / "pytorch-v1.0.0.tar.gz"
+    result = project.cli("fetch", "--source", str(missing))
+    assert result.code == 1
+    assert f"no such file or directory ({missing})" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_truncated_local_tarball_says_incomplete_and_stays(project: Project) -> None:
+    data = project.tarball.read_bytes()
+    truncated = project.root / "half.tar.gz"
+    truncated.write_bytes(data[: len(data) // 2])
+    result = project.cli("fetch", "--source", str(truncated))
+    assert result.code == 1, result.text
+    assert f"{truncated} is incomplete" in result.err
+    assert "Download it again" in result.err and "left where it is" in result.err
+    assert "Refusing to extract" not in result.err
+    assert truncated.exists()
+    assert _leftovers(project.work / project.version) == []
+
+
+def test_truncated_download_is_removed_from_the_cache(project: Project) -> None:
+    data = project.tarball.read_bytes()
+    truncated = project.root / "mirror" / project.tarball_name
+    truncated.parent.mkdir()
+    truncated.write_bytes(data[: len(data) // 2])
+    digest = hashlib.sha256(truncated.read_bytes()).hexdigest()
+    project.rewrite_catalog(url=truncated.as_uri(), sha256=None)
+    result = project.cli("fetch", "--sha256", digest)
+    assert result.code == 1, result.text
+    assert "is incomplete" in result.err and "run again to download it again" in result.err
+    assert not _cached(project).exists()
 
 
 def test_local_directory_source(project: Project) -> None:

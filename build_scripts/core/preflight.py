@@ -1,0 +1,201 @@
+"""The checks that refuse to start hours of compiling that would fail (or go wrong) later.
+
+``check`` is a pure function of a release line and ``Facts`` about the Mac: the Xcode and
+SDK versions, the Metal compiler, libomp's architectures and minimum macOS (read from its
+Mach-O load commands), the cmake and ninja the build will run, free disk, and each
+interpreter's architecture. ``platforms/macos.py`` probes those facts on a Mac; the tests
+hand in facts of their own, and Mach-O files they write, on any OS.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from ..core.catalog import ReleaseLine
+from ..core.errors import BuildError
+from . import _binaries
+
+GIB = 1024**3
+#: A PyTorch build tree with its objects is 15-25 GB, and ccache, the venvs and the wheels
+#: come on top; below this much free space the compile is likely to die near its end.
+MIN_FREE_BYTES = 40 * GIB
+
+
+class PreflightError(BuildError):
+    """The Mac cannot build this line as it is set up; the message lists every reason."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    xcode: str | None  # "16.4" from `xcodebuild -version`; None: Command Line Tools only
+    sdk: str | None  # `xcrun --sdk macosx --show-sdk-version`
+    metal: bool  # `xcrun --sdk macosx metal --version` works
+    libomp: Path | None  # the libomp.dylib the wheel will bundle
+    free_bytes: int  # on the work dir's filesystem
+    interpreters: Mapping[str, str] = field(default_factory=dict)  # "3.12" -> "x86_64"
+    cmake: str | None = None  # `cmake --version` of the cmake the build runs
+    ninja: str | None = None
+    cross_build: bool = False  # an arm64 Mac building x86_64 (best effort)
+
+
+def xcode_for_sdk(sdk: str) -> str:
+    """The first Xcode that ships macOS SDK ``sdk``: 12 for SDK 11 ... 16 for SDK 15, then 26."""
+    major = Version(sdk).major
+    return f"{major}.0" if major >= 26 else f"{major + 1}.0"
+
+
+def _older(found: str, wanted: str) -> bool:
+    try:
+        return Version(found) < Version(wanted)
+    except InvalidVersion:
+        return True
+
+
+def _release(text: str | None) -> tuple[int, ...] | None:
+    """The leading X.Y.Z of a tool's version output ("cmake version 3.31.4" -> (3, 31, 4))."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if not match:
+        return None
+    return tuple(int(part) for part in match.groups() if part is not None)
+
+
+def _tool_problem(
+    tool: str, found: str | None, pinned: str | None, line: ReleaseLine
+) -> str | None:
+    if pinned is None:
+        return None
+    if found is None:
+        return (
+            f"{tool} was not found on the build PATH. The build venv's bin/ should hold the "
+            f"pinned {tool} {pinned} ({line.pins.name}); reinstall it with the plan's "
+            "`pip install --require-hashes ...` step."
+        )
+    have, want = _release(found), _release(pinned)
+    if have is None or want is None or have[: len(want)][:3] != want[:3]:
+        extra = ""
+        if tool == "cmake" and have is not None and have[0] >= 4:
+            extra = (
+                " CMake 4 refuses third-party projects that declare cmake_minimum_required "
+                "below 3.5 (upstream issues 150149 and 150167)."
+            )
+        return (
+            f"{tool} on the build PATH is {found.strip()}, but PyTorch {line.version} is pinned "
+            f"to {tool} {pinned} ({line.pins.name}).{extra} Put the build venv's "
+            "bin/ first on PATH (the plan does), or remove the other one from it."
+        )
+    return None
+
+
+def check(
+    line: ReleaseLine,
+    facts: Facts,
+    pythons: Sequence[str],
+    *,
+    pinned: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Every reason the compile of ``line`` would fail later on this Mac (empty: none).
+
+    ``pinned`` maps tool names to the pinned versions (``{"cmake": "3.31.4", ...}``); when
+    None, cmake and ninja are not checked yet (their venv is not installed).
+    """
+    problems: list[str] = []
+    sdk_min = line.macos_sdk_min
+    xcode_min = xcode_for_sdk(sdk_min)
+    if facts.xcode is None:
+        problems.append(
+            "Xcode is not installed or not selected (`xcodebuild -version` fails; the Command "
+            "Line Tools alone have no Metal compiler). Install Xcode "
+            f"{xcode_min} or later and select it: sudo xcode-select -s /Applications/Xcode.app"
+        )
+    elif _older(facts.xcode, xcode_min):
+        problems.append(
+            f"Xcode {facts.xcode} is too old for PyTorch {line.version}: its MPS sources need "
+            f"the macOS {sdk_min} SDK's Metal/MPSGraph APIs, which come with Xcode {xcode_min}. "
+            "Install a newer Xcode and select it with xcode-select."
+        )
+    if facts.sdk is None:
+        problems.append("No macOS SDK found (`xcrun --sdk macosx --show-sdk-version` fails).")
+    elif _older(facts.sdk, sdk_min):
+        problems.append(
+            f"macOS SDK {facts.sdk} is older than {sdk_min}: PyTorch {line.version}'s MPS code "
+            f"compiles its newer MPSGraph paths only when the SDK declares them, so the wheel "
+            f"would silently lack them. Use Xcode {xcode_min} or later."
+        )
+    if not facts.metal:
+        problems.append(
+            "The Metal compiler does not run (`xcrun --sdk macosx metal --version` fails). "
+            "Xcode 26 and later download it separately: xcodebuild -downloadComponent "
+            "MetalToolchain"
+        )
+    problems += _libomp_problems(line, facts.libomp)
+    if pinned is not None:
+        for tool in ("cmake", "ninja"):
+            found = facts.cmake if tool == "cmake" else facts.ninja
+            problem = _tool_problem(tool, found, pinned.get(tool), line)
+            if problem:
+                problems.append(problem)
+    if facts.free_bytes < MIN_FREE_BYTES:
+        problems.append(
+            f"Only {facts.free_bytes / GIB:.1f} GiB free for the work dir; a PyTorch build "
+            f"needs about {MIN_FREE_BYTES // GIB} GiB (build tree, ccache, venvs, wheels). Free "
+            "some space or pass --work-dir on a bigger disk."
+        )
+    for python in pythons:
+        machine = facts.interpreters.get(python)
+        if machine is None:
+            problems.append(f"Python {python} could not be run to check its architecture.")
+        elif machine != "x86_64" and not facts.cross_build:
+            problems.append(
+                f"Python {python} runs as {machine}, not x86_64: its wheel would not be an "
+                "x86_64 build. Use an x86_64 (or universal2) python.org or Homebrew Python."
+            )
+    return problems
+
+
+def _libomp_problems(line: ReleaseLine, dylib: Path | None) -> list[str]:
+    target = line.macos_deployment_target
+    fix = (
+        f"Build libomp with MACOSX_DEPLOYMENT_TARGET={target}, or use the llvm-openmp that "
+        "upstream's own wheels bundle (conda-forge's llvm-openmp for osx-64), and pass its "
+        "prefix with --libomp PREFIX."
+    )
+    if dylib is None:
+        return [f"libomp.dylib was not found. {fix}"]
+    try:
+        slices = _binaries.read_macho(dylib)
+    except (OSError, _binaries.NotMachO, ValueError) as exc:
+        return [f"{dylib} is not a readable Mach-O library ({exc}). {fix}"]
+    x86 = [piece for piece in slices if piece.arch == "x86_64"]
+    if not x86:
+        archs = ", ".join(piece.arch for piece in slices)
+        return [f"{dylib} has no x86_64 code (it is {archs}). {fix}"]
+    minos = x86[0].min_macos
+    if minos is None:
+        return [f"{dylib} does not say which macOS it needs (no LC_BUILD_VERSION). {fix}"]
+    if _older(target, minos):
+        message = (
+            f"{dylib} needs macOS {minos}, but PyTorch {line.version}'s wheels target macOS "
+            f"{target}: delocate would refuse the wheel after the compile. {fix}"
+        )
+        return [message]
+    return []
+
+
+def enforce(
+    line: ReleaseLine,
+    facts: Facts,
+    pythons: Sequence[str],
+    *,
+    pinned: Mapping[str, str] | None = None,
+) -> None:
+    problems = check(line, facts, pythons, pinned=pinned)
+    if problems:
+        raise PreflightError(
+            f"Not starting the compile of PyTorch {line.version}: it would fail or go wrong later.\n"
+            + "\n".join(f"  - {problem}" for problem in problems)
+        )
