@@ -200,6 +200,7 @@ def test_every_subcommand_option_has_help() -> None:
     "script",
     [
         "intelmac_torch_builder.maint.newfile_patch",
+        "intelmac_torch_builder.maint.toolchain_pins",
         "tests.regress.__main__",
         "tests.bench.__main__",
         "intelmac_torch_builder.ci.publish_index",
