@@ -6,6 +6,7 @@ should be, so a fix made in one line's 0002 cannot silently miss the others.
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -82,12 +83,17 @@ def _added(patch: Path, path: str) -> list[str]:
 
 HOOKS = "0005-mps-hooks-into-upstream.patch"
 MIN_MACOS = re.compile(r'^\+?#define INTELMAC_MPS_MIN_MACOS "([0-9.]+)"$', re.MULTILINE)
+UNIFIED = re.compile(r"^\+?#define INTELMAC_MPS_REQUIRES_UNIFIED_MEMORY ([01])$", re.MULTILINE)
+
+
+def _line_facts_masked(text: str) -> str:
+    return UNIFIED.sub("UNIFIED", MIN_MACOS.sub("MIN", text))
 
 
 @pytest.mark.parametrize("path", ["aten/src/ATen/mps/MPSDevice.h"])
 def test_header_hooks_are_the_same_on_every_line(path: str) -> None:
-    """Only the macOS of each line's probe may differ between the lines' header hooks."""
-    copies = {line: [MIN_MACOS.sub("MIN", text) for text in _added(PATCHES / line / HOOKS, path)]
+    """Only the line's facts (its probe's macOS, the allocator's need of unified memory) may differ."""
+    copies = {line: [_line_facts_masked(text) for text in _added(PATCHES / line / HOOKS, path)]
               for line in LINES}
     first = copies[LINES[0]]
     assert first, f"{HOOKS} of {LINES[0]} adds nothing to {path}"
@@ -101,6 +107,45 @@ def test_min_macos_matches_upstream_per_line() -> None:
     for line in LINES:
         added = "".join(_added(PATCHES / line / HOOKS, "aten/src/ATen/mps/MPSDevice.h"))
         assert MIN_MACOS.findall(added) == [expected[line]], line
+
+
+# Upstream's TORCH_CHECK(m_device.hasUnifiedMemory, ...) in MPSHeapAllocatorImpl::init_allocator().
+UNIFIED_MESSAGE = b"MPS backend is only supported on devices with unified memory"
+
+
+def _requires_unified_memory(line: str) -> bool:
+    added = "".join(_added(PATCHES / line / HOOKS, "aten/src/ATen/mps/MPSDevice.h"))
+    (value,) = UNIFIED.findall(added)
+    return value == "1"
+
+
+def test_unified_memory_requirement_per_line() -> None:
+    """Seen with `strings` on each official libtorch_cpu.dylib (next to MPSAllocator.mm's path)."""
+    expected = {"2.6.0": False, "2.9.1": False, "2.14.1": True, "2.15.0": True}
+    assert {line: _requires_unified_memory(line) for line in LINES} == expected
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("line", LINES)
+def test_unified_memory_requirement_matches_the_line_binary(line: str) -> None:
+    """The hook says 1 exactly where the official binary carries upstream's allocator check."""
+    from . import objc_lines
+
+    binary = objc_lines.wheel_root(line) / "torch" / "lib" / "libtorch_cpu.dylib"
+    if not binary.is_file():
+        pytest.skip(f"no cached {line} wheel ({binary}); ../shared/tools/upstream-wheel {line} fetches it")
+    with binary.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        has_check = data.find(UNIFIED_MESSAGE) != -1
+    assert _requires_unified_memory(line) == has_check, f"{line}: the binary has the check: {has_check}"
+
+
+def test_the_line_named_to_amd_gpu_owners_has_no_unified_memory_check() -> None:
+    """The policy's message names the newest line without the check; it must be one, and the newest."""
+    header = (PATCHES / "src" / "aten/src/ATen/mps/MPSDevicePolicy.h").read_text(encoding="utf-8")
+    (named,) = re.findall(r'kLineWithoutUnifiedMemoryCheck = "([0-9.]+)";', header)
+    without = [line for line in LINES if not _requires_unified_memory(line)]
+    newest = max(without, key=lambda v: tuple(int(x) for x in v.split(".")))
+    assert named == newest, f"MPSDevicePolicy.h names {named}; the newest line without the check is {newest}"
 
 
 def test_minimum_macos_in_the_hooks_matches_the_catalog() -> None:

@@ -39,6 +39,7 @@ from .command import (
 )
 from .macs import (
     FAKE_MACS,
+    PRO5500M,
     UHD630,
 )
 from .sandbox import (
@@ -69,6 +70,7 @@ from .tree import (
 __all__ = [
     "DESCRIPTION",
     "FAKE_MACS",
+    "PRO5500M",
     "SCENARIOS",
     "Sandbox",
     "UHD630",

@@ -72,7 +72,8 @@ _mac = json.loads(os.environ.get("INTELMAC_SANDBOX_MAC", "[]"))
 _devices = (_Device * max(len(_mac), 1))(*[
     _Device(d["name"].encode(), d["low_power"], d["removable"], d["headless"], d["unified_memory"],
             d["working_set"], d["registry_id"], d["supports_mac2"], d["apple_gpu"]) for d in _mac])
-_lib.shim_configure(_devices, len(_mac), 1, b"14.0")
+# INTELMAC_SANDBOX_UNIFIED_ONLY=1: a line whose MPS allocator requires unified memory (2.14.1, 2.15.0).
+_lib.shim_configure(_devices, len(_mac), 1, b"14.0", int(os.environ.get("INTELMAC_SANDBOX_UNIFIED_ONLY", "0")))
 
 
 def _flush():
@@ -99,7 +100,7 @@ def _mps_is_on_macos_or_newer(major, minor):
 # torch.ops: the operators MPSDeviceSelection.mm registers (builds with MPS only). Like the
 # real torch.ops calls they raise no Python warning themselves: what the C++ side queued is
 # returned by mps_take_warnings(), which the patched layer must call and raise.
-_STANDIN_OPS = r'''"""Stand-in torch.ops over the policy shim (build_scripts/upstream_check.py)."""
+_STANDIN_OPS = r'''"""Stand-in torch.ops over the policy shim (build_scripts/maint/check_upstream/)."""
 from torch import _C
 
 

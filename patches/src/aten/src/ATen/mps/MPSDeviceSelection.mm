@@ -20,11 +20,13 @@
 #include <string>
 #include <vector>
 
-// MPSDevice.h defines it (patch 0005): the macOS that this line's MPS backend
-// needs, named in the reason when upstream's MPSGraph probe in the MPSDevice
-// constructor fails (lines that have that probe).
-#ifndef INTELMAC_MPS_MIN_MACOS
-#error "MPSDevice.h lacks the intelmac-torch hook of patch 0005 (INTELMAC_MPS_MIN_MACOS)"
+// MPSDevice.h defines them (patch 0005), per release line: the macOS that the
+// line's MPS backend needs, named in the reason when upstream's MPSGraph probe
+// in the MPSDevice constructor fails (lines that have that probe); and whether
+// the line's MPS allocator requires unified memory (1 where MPSAllocator.mm
+// checks hasUnifiedMemory, else 0).
+#if !defined(INTELMAC_MPS_MIN_MACOS) || !defined(INTELMAC_MPS_REQUIRES_UNIFIED_MEMORY)
+#error "MPSDevice.h lacks the intelmac-torch hook of patch 0005 (INTELMAC_MPS_MIN_MACOS, INTELMAC_MPS_REQUIRES_UNIFIED_MEMORY)"
 #endif
 
 namespace at::mps {
@@ -52,6 +54,11 @@ policy::DeviceProps device_props(id<MTLDevice> device) {
   props.supports_mac2 = [device supportsFamily:MTLGPUFamilyMac2];
   props.apple_gpu = [device supportsFamily:MTLGPUFamilyApple7];
   return props;
+}
+
+// What the policy needs to know about this line, with the probe's outcome.
+policy::Platform line_platform(bool macos_ok) {
+  return {macos_ok, INTELMAC_MPS_MIN_MACOS, INTELMAC_MPS_REQUIRES_UNIFIED_MEMORY != 0};
 }
 
 std::vector<policy::DeviceProps> all_device_props(NSArray* devices) {
@@ -95,7 +102,7 @@ void warn_queued(policy::DeviceState& state) {
 void scan_if_probe_failed(policy::DeviceState& state) {
   if (!state.scanned()) {
     @autoreleasepool {
-      state.scan(all_device_props([MTLCopyAllDevices() autorelease]), {false, INTELMAC_MPS_MIN_MACOS});
+      state.scan(all_device_props([MTLCopyAllDevices() autorelease]), line_platform(false));
     }
   }
 }
@@ -157,7 +164,7 @@ std::vector<std::string> take_warnings() {
 NSUInteger policyChoice(NSArray* devices) {
   auto& shared = locked_state();
   std::lock_guard<std::mutex> lock(shared.mutex);
-  const auto* chosen = shared.state.scan(all_device_props(devices), {true, INTELMAC_MPS_MIN_MACOS});
+  const auto* chosen = shared.state.scan(all_device_props(devices), line_platform(true));
   warn_queued(shared.state);
   return chosen != nullptr ? static_cast<NSUInteger>(chosen->source_index) : static_cast<NSUInteger>(NSNotFound);
 }
