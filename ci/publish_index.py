@@ -11,7 +11,7 @@ the index from all of them keeps older releases installable after a new one is p
 
 ``collect`` writes ``releases/<tag>/SHA256SUMS`` and ``releases/ORDER`` (oldest first).
 When two releases carry a wheel of the same name (a re-release of a line), the later one
-wins. The pages are rendered by ``intelmac_torch_builder.stages.index``, like the local ``wheels/simple``
+wins. The pages are rendered by ``core.simple_index``, like the local ``wheels/simple``
 index (``collect`` also needs the ``gh`` CLI).
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from ..stages import index as simple_index
+from ..core import simple_index
 
 PROJECT = "torch"
 #: The release tags ci/matrix.py accepts (kept in step with its LINE_TAG / ALL_TAG).
@@ -99,6 +99,30 @@ def collect_entries(releases: Path) -> list[Entry]:
     return sorted(chosen.values(), key=lambda entry: entry.filename)
 
 
+def install_command(version: str) -> str:
+    """How a user installs ``version``: our index as an extra one, and the exact pin.
+
+    The pin is what makes pip take torch from this index: PyPI rejects local version labels
+    such as +intelmac, so it never has a candidate, and the user's default index still
+    supplies torch's dependencies.
+    """
+    return f"pip install --extra-index-url <site>/simple {PROJECT}=={version}"
+
+
+def landing_page(versions: Sequence[str]) -> str:
+    items = "".join(
+        f"      <li><code>{html.escape(install_command(version))}</code></li>\n"
+        for version in versions
+    )
+    return simple_index.page(
+        "Patched PyTorch wheels for Intel Macs",
+        "    <h1>Patched PyTorch wheels for Intel Macs</h1>\n"
+        "    <p>A PEP 503 index: <a href=\"simple/\">simple/</a>. Install one version with "
+        "its exact pin, where &lt;site&gt; is the address of this page:</p>\n"
+        f"    <ul>\n{items}    </ul>\n",
+    )
+
+
 def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
     """Write the site into a scratch folder, then move it into place in one step."""
     base = download_base.rstrip("/")
@@ -114,14 +138,7 @@ def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
         (project / "index.html").write_text(simple_index.project_page(PROJECT, files))
         (scratch / "simple" / "index.html").write_text(simple_index.root_page([PROJECT]))
         versions = sorted({WHEEL.match(entry.filename)["version"] for entry in entries})  # type: ignore[index]
-        items = "".join(f"      <li><code>{html.escape(v)}</code></li>\n" for v in versions)
-        (scratch / "index.html").write_text(simple_index.page(
-            "Patched PyTorch wheels for Intel Macs",
-            "    <h1>Patched PyTorch wheels for Intel Macs</h1>\n"
-            "    <p>A PEP 503 index: <a href=\"simple/\">simple/</a>. Install with "
-            "<code>pip install --index-url &lt;this site&gt;/simple --extra-index-url "
-            "https://pypi.org/simple torch==VERSION</code>.</p>\n"
-            f"    <ul>\n{items}    </ul>\n"))
+        (scratch / "index.html").write_text(landing_page(versions))
         if out.exists():
             shutil.rmtree(out)
         scratch.rename(out)
@@ -161,12 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     collect_parser = commands.add_parser("collect", help="download every release's SHA256SUMS")
-    collect_parser.add_argument("--out", type=Path, required=True)
+    collect_parser.add_argument("--out", type=Path, required=True,
+                                help="folder to write <tag>/SHA256SUMS and ORDER into")
     build_parser = commands.add_parser("build", help="write the PEP 503 site")
-    build_parser.add_argument("--releases", type=Path, required=True)
+    build_parser.add_argument("--releases", type=Path, required=True,
+                              help="the folder collect wrote")
     build_parser.add_argument("--download-base", required=True,
-                              help="https://github.com/OWNER/REPO/releases/download")
-    build_parser.add_argument("--out", type=Path, required=True)
+                              help="where release assets are downloaded from: "
+                              "https://github.com/OWNER/REPO/releases/download")
+    build_parser.add_argument("--out", type=Path, required=True,
+                              help="folder to write the site into (replaced whole)")
     args = parser.parse_args(argv)
     try:
         if args.command == "collect":
