@@ -15,7 +15,7 @@ from intelmac_torch_builder.ci import publish_index
 
 REPO = Path(__file__).resolve().parents[2]
 # Spelt in pieces so that this file does not name them either.
-REGISTRY_HOSTS = ("pypi" + ".org", "files." + "pythonhosted" + ".org")
+REGISTRY_HOSTS = ("pypi" + ".org", "files." + "pythonhosted" + ".org", "download." + "pytorch" + ".org")
 # Our index, as the instructions write it: the Pages site, the page itself, or the local one.
 OUR_INDEXES = re.compile(
     r"^(https://<owner>\.github\.io/<repo>/simple|<site>/simple|file://\$PWD/wheels/simple)$"
