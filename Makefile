@@ -20,8 +20,8 @@ LIBOMP  ?=
 BUILD_ARGS ?=
 
 # The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
-# patched wheel works too, e.g. TEST_TORCH='--index-url https://<owner>.github.io/<repo>/simple
-# --extra-index-url https://pypi.org/simple torch==2.15.0+intelmac' or TEST_TORCH=wheels/torch-...whl.
+# patched wheel works too, e.g. TEST_TORCH='--extra-index-url https://<owner>.github.io/<repo>/simple
+# torch==2.14.1+intelmac' (always the exact +intelmac pin) or TEST_TORCH=wheels/torch-...whl.
 # 2.13.0 is a CPU build that pip finds without a large download on the project's machines.
 TEST_TORCH ?= torch==2.13.0
 # One stamp per TEST_TORCH value: changing it reinstalls torch.
@@ -53,7 +53,7 @@ $(TORCH_STAMP): $(VENV)/.stamp
 	rm -f $(VENV)/.stamp-torch-*
 	touch $@
 
-BUILD_FLAGS = $(strip $(if $(VERSION),--version $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
+BUILD_FLAGS = $(strip $(if $(VERSION),--torch $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
   $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) \
   $(if $(LIBOMP),--libomp $(LIBOMP)) $(if $(TORCH_ONLY),--torch-only) $(BUILD_ARGS))
 
@@ -86,7 +86,7 @@ bench: $(TORCH_STAMP)
 
 check-upstream: $(VENV)/.stamp
 	@test -n "$(SRC)" || { echo "usage: make check-upstream SRC=<source tree or unpacked wheel> [VERSION=x.y.z]"; exit 2; }
-	$(PY) -m intelmac_torch_builder check-upstream $(SRC) $(if $(VERSION),--version $(VERSION))
+	$(PY) -m intelmac_torch_builder check-upstream $(SRC) $(if $(VERSION),--torch $(VERSION))
 
 ci-plan: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG))

@@ -1,10 +1,12 @@
 """Build patched PyTorch wheels that unlock the MPS backend on Intel Macs.
 
-The package follows the pipeline, one module per stage:
+``stages/`` holds the pipeline, one module per stage:
 
     source -> patches -> build -> repair/verify -> wheels index
 
-``catalog`` holds the version knowledge every stage reads; ``cli`` is the one entry point.
+``core/`` is what the stages share (``core.catalog`` holds the version knowledge, and
+``core.records`` what each stage leaves for the next), ``maint/`` the maintainers' tools that
+check the series, and ``cli`` the one entry point.
 """
 
 __all__ = ["__version__"]

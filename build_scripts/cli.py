@@ -1,8 +1,9 @@
-"""The one command-line entry point: ``python -m intelmac_torch_builder <stage> ...``.
+"""The one command-line entry point: ``intelmac-torch <command> ...``.
 
 Each stage module contributes its own subcommand through ``register(subparsers)``, which
-adds a parser and sets ``func`` on it. ``func(args)`` returns the exit code.
-A ``BuildError`` is printed as the user-facing message it is, without a traceback.
+adds a parser with only the options that stage reads and sets ``func`` on it.
+``func(args)`` returns the exit code. A ``BuildError`` is printed as the user-facing
+message it is, without a traceback.
 """
 
 from __future__ import annotations
@@ -11,37 +12,57 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
 
+from . import __version__
 from .core.errors import BuildError, UnsupportedHostError
 
-# In pipeline order; each module defines register(subparsers).
+#: The name usage lines give when the package runs as ``python -m intelmac_torch_builder``.
+MODULE_PROG = "python -m intelmac_torch_builder"
+
+# Each module defines register(subparsers); pipeline adds the stages in order, then `all`.
 SUBCOMMAND_MODULES: tuple[str, ...] = (
-    "intelmac_torch_builder.stages.source",
-    "intelmac_torch_builder.stages.patch",
-    "intelmac_torch_builder.stages.build",
-    "intelmac_torch_builder.stages.repair",
-    "intelmac_torch_builder.stages.verify",
-    "intelmac_torch_builder.stages.index",
     "intelmac_torch_builder.pipeline",
-    "intelmac_torch_builder.maint.upstream_check",
+    "intelmac_torch_builder.maint.check_upstream",
     "intelmac_torch_builder.ci.cli",
 )
 
 
-def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m intelmac_torch_builder",
+class _Parser(argparse.ArgumentParser):
+    """Says where the release line option went when an old ``--version X.Y.Z`` comes in."""
+
+    def error(self, message: str) -> NoReturn:
+        if "unrecognized arguments: --version" in message:
+            message += (
+                "\n--version prints this tool's version; choose the release line with "
+                "--torch X.Y.Z (make build takes VERSION=X.Y.Z)"
+            )
+        super().error(message)
+
+
+def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``prog`` is what usage lines call the program (default: argv[0]'s name)."""
+    parser = _Parser(
+        prog=prog or Path(sys.argv[0]).name,
         description="Build patched PyTorch wheels with MPS on Intel Macs: "
         "source -> patches -> build -> repair/verify -> wheels index.",
+        epilog="Run '%(prog)s COMMAND --help' for a command's own options.",
     )
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}",
+        help="print this tool's version and exit",
+    )  # fmt: skip
+    subparsers = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    args = make_parser(prog).parse_args(argv)
     try:
         code: int = args.func(args)
     except BuildError as exc:

@@ -21,7 +21,7 @@ from .core._log import Log, elapsed
 from .core._plan import render
 from .core._stage import line_lock
 from .core.errors import BuildError, UnsupportedHostError
-from .core.options import Options, add_common_arguments, resolve
+from .core.options import ALL_GROUPS, Options, add_arguments, resolve
 from .stages import build as build_stage
 from .stages import index as index_stage
 from .stages import patch as patch_stage
@@ -73,7 +73,7 @@ def _build_one(options: Options, log: Log) -> bool:
     with line_lock(options, log):
         source.fetch(options, log)
         patch_stage.patch(options, log)
-        build_stage.build(options, log, host)
+        build_stage.build(options, log, host, repatch=patch_stage.patch)
         repair.repair(options, log, host)
         verify.verify(options, log)
         index_stage.index(options, log)
@@ -117,8 +117,22 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The stage subcommands in pipeline order, then ``all``.
+
+    Registered here, the one module that knows every stage, so that the build stage can
+    re-apply a changed series through the patch stage without importing it.
+    """
+    source.register(subparsers)
+    patch_stage.register(subparsers)
+    build_stage.register(subparsers, repatch=patch_stage.patch)
+    repair.register(subparsers)
+    verify.register(subparsers)
+    index_stage.register(subparsers)
     parser = subparsers.add_parser(
-        "all", help="every stage in order: fetch, patch, build, repair, verify, index (make build)"
+        "all",
+        help="every stage in order: fetch, patch, build, repair, verify, index (make build)",
+        description="Run every stage in order: fetch, patch, build, repair, verify, index. "
+        "This is what make build runs. A target already built, verified and indexed is a no-op.",
     )
-    add_common_arguments(parser)
+    add_arguments(parser, ALL_GROUPS)
     parser.set_defaults(func=_main)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..core import catalog as catalog_module
 from ..core.errors import BuildError
+from . import _args
 from . import matrix as matrix_module
 from . import plan as plan_module
 
@@ -63,25 +64,14 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--catalog", metavar="PATH",
-                        help="release catalog to read (default: patches/catalog.yaml)")
-    common.add_argument("--tag", metavar="TAG",
-                        help="release tag: v<line>-<build> (one line) or release-YYYYMMDD (all)")
-    common.add_argument("--lines", metavar="LIST", default=None,
-                        help="comma-separated torch lines, or 'all' (workflow_dispatch input)")
-
+    common = _args.selection_arguments()
     parser = subparsers.add_parser(
         "matrix", parents=[common],
         help="print the release CI matrix (JSON) generated from the catalog",
         description="Print the GitHub Actions matrix generated from the release catalog. "
         "The workflows read it with fromJSON; there is no other list of versions.",
     )
-    parser.add_argument("--kind", choices=(*matrix_module.KINDS, "all"), default="build",
-                        help="which job's matrix (default: build); 'all' prints every kind")
-    parser.add_argument("--compact", action="store_true", help="one line of JSON")
-    parser.add_argument("--github-output", action="store_true",
-                        help="also write each kind as a job output to $GITHUB_OUTPUT")
+    _args.add_matrix_arguments(parser)
     parser.set_defaults(func=run_matrix)
 
     plan = subparsers.add_parser(
@@ -90,9 +80,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Read .github/workflows/release.yml, expand its matrices from the catalog "
         "and print every job with the exact commands it runs for a tag.",
     )
-    plan.add_argument("--workflow", metavar="PATH", help="workflow file (default: release.yml)")
+    plan.add_argument("--workflow", metavar="PATH",
+                      help="workflow file to read (default: .github/workflows/release.yml)")
     plan.add_argument("--repo", metavar="OWNER/NAME", default=plan_module.DEFAULT_REPOSITORY,
                       help="repository name to show in URLs (default: OWNER/REPO)")
     plan.add_argument("--var", metavar="NAME=VALUE", action="append", default=[],
-                      help="a repository variable, e.g. HAS_INTEL_GPU_RUNNER=true")
+                      help="a repository variable, e.g. HAS_INTEL_GPU_RUNNER=true; repeat for several")
     plan.set_defaults(func=run_plan)

@@ -17,7 +17,6 @@ Values only known at run time (``github.run_id``, ``steps.<id>.outputs``) print 
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shlex
@@ -30,7 +29,7 @@ import yaml
 
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
-from . import expressions
+from . import _args, expressions
 from . import matrix as matrix_module
 from .expressions import Unknown
 
@@ -221,7 +220,8 @@ def _run_matrix_step(command: str, catalog: Catalog) -> dict[str, str] | None:
     if "intelmac_torch_builder matrix" not in command or "--github-output" not in command:
         return None
     words = shlex.split(command)
-    args = _matrix_parser().parse_args(words[words.index("intelmac_torch_builder") + 1:])
+    start = words.index("matrix") + 1
+    args = _args.matrix_parser("python -m intelmac_torch_builder").parse_args(words[start:])
     if args.catalog:
         from ..core import catalog as catalog_module
 
@@ -233,15 +233,6 @@ def _run_matrix_step(command: str, catalog: Catalog) -> dict[str, str] | None:
         document = {args.kind: matrix_module.matrix(catalog, args.kind, lines)}
     return {name: json.dumps(value, separators=(",", ":"), sort_keys=True)
             for name, value in document.items()}
-
-
-def _matrix_parser() -> argparse.ArgumentParser:
-    """The real `matrix` subcommand parser, without the other stages' modules."""
-    from . import cli  # late: ci.cli imports this module
-
-    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder")
-    cli.register(parser.add_subparsers(dest="command", required=True))
-    return parser
 
 
 def _expand_matrix(job_id: str, job: Mapping[str, Any],

@@ -11,7 +11,7 @@ the index from all of them keeps older releases installable after a new one is p
 
 ``collect`` writes ``releases/<tag>/SHA256SUMS`` and ``releases/ORDER`` (oldest first).
 When two releases carry a wheel of the same name (a re-release of a line), the later one
-wins. The pages are rendered by ``intelmac_torch_builder.stages.index``, like the local ``wheels/simple``
+wins. The pages are rendered by ``core.simple_index``, like the local ``wheels/simple``
 index (``collect`` also needs the ``gh`` CLI).
 """
 
@@ -26,15 +26,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from ..stages import index as simple_index
+from ..core import catalog as catalog_module
+from ..core import simple_index
 
+PROJECT = "torch"
 #: The projects a release carries: torch, and the torchvision built against it.
-PROJECTS = ("torch", "torchvision")
+PROJECTS = (PROJECT, "torchvision")
 #: The release tags ci/matrix.py accepts (kept in step with its LINE_TAG / ALL_TAG).
 TAG = re.compile(r"^(v\d+\.\d+\.\d+-[1-9]\d*|release-\d{8}(\.[1-9]\d*)?)$")
 #: A torch or torchvision wheel file name: name-version[-build]-python-abi-platform.whl.
@@ -65,8 +67,7 @@ def read_sums(path: Path, tag: str) -> list[Entry]:
         name = match["name"]
         if not WHEEL.match(name):
             raise IndexInputError(
-                f"{path}:{number}: {name!r} is not a torch or torchvision wheel file name"
-            )
+                f"{path}:{number}: {name!r} is not a torch or torchvision wheel file name")
         entries.append(Entry(filename=name, sha256=match["sha256"], tag=tag))
     return entries
 
@@ -102,19 +103,69 @@ def collect_entries(releases: Path) -> list[Entry]:
     return sorted(chosen.values(), key=lambda entry: entry.filename)
 
 
+def _project(filename: str) -> str:
+    match = WHEEL.match(filename)
+    assert match is not None  # read_sums admits only the names WHEEL matches
+    return match["project"]
+
+
+def _version(filename: str) -> str:
+    match = WHEEL.match(filename)
+    assert match is not None
+    return match["version"]
+
+
+def companion_versions(torch_versions: Sequence[str]) -> dict[str, str]:
+    """torch wheel version -> the wheel version of the torchvision the catalog pairs with it."""
+    catalog = catalog_module.load()
+    pairs = {}
+    for version in torch_versions:
+        base = version.split("+", 1)[0]
+        line = next((line for line in catalog.lines if line.version == base), None)
+        if line is not None and line.companion is not None:
+            pairs[version] = catalog.wheel_version(line.companion)
+    return pairs
+
+
+def install_command(version: str, vision: str | None = None) -> str:
+    """How a user installs ``version`` and its torchvision: our index as an extra one, and
+    the exact pins (uv takes the same arguments: ``uv pip install``).
+
+    The pin is what makes pip take torch from this index: PyPI rejects local version labels
+    such as +intelmac, so it never has a candidate, and the user's default index still
+    supplies torch's dependencies.
+    """
+    pins = f"{PROJECT}=={version}" + (f" torchvision=={vision}" if vision else "")
+    return f"pip install --extra-index-url <site>/simple {pins}"
+
+
+def landing_page(versions: Sequence[str], vision: Mapping[str, str] | None = None) -> str:
+    """The front page: one install command per torch version, with its torchvision."""
+    pairs = vision or {}
+    items = "".join(
+        f"      <li><code>{html.escape(install_command(version, pairs.get(version)))}</code></li>\n"
+        for version in versions
+    )
+    return simple_index.page(
+        "Patched PyTorch wheels for Intel Macs",
+        "    <h1>Patched PyTorch wheels for Intel Macs</h1>\n"
+        "    <p>A PEP 503 index: <a href=\"simple/\">simple/</a>. Install one version with "
+        "its exact pin, where &lt;site&gt; is the address of this page:</p>\n"
+        f"    <ul>\n{items}    </ul>\n",
+    )
+
+
 def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
     """Write the site into a scratch folder, then move it into place in one step."""
     base = download_base.rstrip("/")
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        present = []
-        items = ""
+        present: dict[str, list[str]] = {}
         for name in PROJECTS:
-            mine = [entry for entry in entries if WHEEL.match(entry.filename)["project"] == name]  # type: ignore[index]
+            mine = [entry for entry in entries if _project(entry.filename) == name]
             if not mine:
                 continue
-            present.append(name)
             project = scratch / "simple" / name
             project.mkdir(parents=True)
             files = [
@@ -122,19 +173,12 @@ def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
                 for entry in mine
             ]
             (project / "index.html").write_text(simple_index.project_page(name, files))
-            versions = sorted({WHEEL.match(entry.filename)["version"] for entry in mine})  # type: ignore[index]
-            items += "".join(
-                f"      <li><code>{name}=={html.escape(v)}</code></li>\n" for v in versions
-            )
-        (scratch / "simple" / "index.html").write_text(simple_index.root_page(present))
-        (scratch / "index.html").write_text(simple_index.page(
-            "Patched PyTorch wheels for Intel Macs",
-            "    <h1>Patched PyTorch wheels for Intel Macs</h1>\n"
-            "    <p>A PEP 503 index: <a href=\"simple/\">simple/</a>. Install a torch and its "
-            "torchvision, both pinned exactly, with <code>pip install --extra-index-url "
-            "&lt;this site&gt;/simple torch==VERSION torchvision==VERSION</code> (uv: "
-            "<code>uv pip install</code> with the same arguments).</p>\n"
-            f"    <ul>\n{items}    </ul>\n"))
+            present[name] = sorted({_version(entry.filename) for entry in mine})
+        (scratch / "simple" / "index.html").write_text(simple_index.root_page(list(present)))
+        torch_versions = present.get(PROJECT, [])
+        vision = set(present.get("torchvision", []))
+        pairs = {v: c for v, c in companion_versions(torch_versions).items() if c in vision}
+        (scratch / "index.html").write_text(landing_page(torch_versions, pairs))
         if out.exists():
             shutil.rmtree(out)
         scratch.rename(out)
@@ -174,12 +218,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     collect_parser = commands.add_parser("collect", help="download every release's SHA256SUMS")
-    collect_parser.add_argument("--out", type=Path, required=True)
+    collect_parser.add_argument("--out", type=Path, required=True,
+                                help="folder to write <tag>/SHA256SUMS and ORDER into")
     build_parser = commands.add_parser("build", help="write the PEP 503 site")
-    build_parser.add_argument("--releases", type=Path, required=True)
+    build_parser.add_argument("--releases", type=Path, required=True,
+                              help="the folder collect wrote")
     build_parser.add_argument("--download-base", required=True,
-                              help="https://github.com/OWNER/REPO/releases/download")
-    build_parser.add_argument("--out", type=Path, required=True)
+                              help="where release assets are downloaded from: "
+                              "https://github.com/OWNER/REPO/releases/download")
+    build_parser.add_argument("--out", type=Path, required=True,
+                              help="folder to write the site into (replaced whole)")
     args = parser.parse_args(argv)
     try:
         if args.command == "collect":

@@ -70,7 +70,8 @@ def install(wheels: Sequence[Path], venv: Path, pip_args: Sequence[str]) -> Path
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--wheel-dir", type=Path, required=True)
+    parser.add_argument("--wheel-dir", type=Path, required=True,
+                        help="folder holding the wheels; the one for this Python is tested")
     parser.add_argument("--expect-version", help="torch.__version__, e.g. 2.15.0+intelmac")
     parser.add_argument("--expect-platform",
                         help="the wheel's platform tag, e.g. macosx_14_0_x86_64 (the catalog's "

@@ -141,7 +141,7 @@ def bench_streaming(root: Path, server: FileServer, sizes: list[int]) -> bool:
     results = []
     for megabytes, line in zip(sizes, lines):
         argv = _cli(
-            "fetch", "--version", str(line["version"]), "--catalog", str(catalog),
+            "fetch", "--torch", str(line["version"]), "--catalog", str(catalog),
             "--work-dir", str(root / "work-big"), "--cache-dir", str(root / "cache-big"),
         )  # fmt: skip
         code, wall, peak = _run_measured(argv)

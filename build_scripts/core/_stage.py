@@ -1,4 +1,4 @@
-"""What every stage subcommand shares: --dry-run, the line's lock and the stage records.
+"""What every stage subcommand shares: its options, --dry-run and the line's lock.
 
 A stage module provides ``plan(options) -> Section`` and ``run(options, log)``;
 ``register`` turns them into a subcommand that prints the plan for ``--dry-run`` and
@@ -10,14 +10,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
 from ..core._locks import held
 from ..core._log import Log
 from ..core._plan import Section, render
-from ..core.errors import BuildError
-from ..core.options import Options, PythonTarget, add_common_arguments, resolve
+from ..core.options import OptionGroup, Options, add_arguments, resolve
 from . import _fsutil
 
 
@@ -49,7 +46,9 @@ def register(
     help: str,
     plan: Callable[[Options], Section],
     run: Callable[[Options, Log], object],
+    groups: tuple[OptionGroup, ...] = (),
 ) -> None:
+    """Add stage subcommand ``name``; it takes the options every stage takes, and ``groups``."""
     def main(args: argparse.Namespace) -> int:
         options = resolve(args)
         if options.dry_run:
@@ -60,20 +59,7 @@ def register(
             run(options, log)
         return 0
 
-    parser = subparsers.add_parser(name, help=help)
-    add_common_arguments(parser)
+    parser = subparsers.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+    add_arguments(parser, groups)
     parser.set_defaults(func=main)
 
-
-def read_record(
-    options: Options, python: PythonTarget, filename: str, *, stage: str, what: str
-) -> dict[str, Any]:
-    """A stage's record for ``python`` whose wheel still exists, or a message naming the stage to run."""
-    path = options.layout.dist(python) / filename
-    data = _fsutil.read_json(path)
-    if not isinstance(data, dict) or not Path(str(data.get("wheel"))).is_file():
-        raise BuildError(
-            f"No {what} wheel for {python.tag} in {path.parent}: run the {stage} stage first "
-            f"(python -m intelmac_torch_builder {stage} --version {options.line.version})."
-        )
-    return data

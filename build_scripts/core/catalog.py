@@ -137,7 +137,7 @@ class Catalog:
         raise CatalogError(
             f"PyTorch {wanted} is not a supported release line.\n"
             f"Supported: {', '.join(self.versions)} (catalog: {self.path}).\n"
-            "Pick one of those with VERSION=... / --version, or add the line to the catalog."
+            "Pick one of those with VERSION=... / --torch, or add the line to the catalog."
         )
 
     def wheel_version(self, line: ReleaseLine) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from packaging.version import Version
 
@@ -146,77 +147,128 @@ class Options:
         return self.libomp or host_prefix
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("target")
+#: Option groups a subcommand may take on top of the ones every stage takes (--torch,
+#: --catalog, --work-dir, --dry-run, --no-wait). Each subcommand shows and accepts only the
+#: groups it reads, so `index --help` offers nothing about downloads or compilers.
+OptionGroup = Literal["python", "builder", "libomp", "source", "wheels", "torch_only"]
+ALL_GROUPS: tuple[OptionGroup, ...] = (
+    "python", "builder", "libomp", "source", "wheels", "torch_only",
+)  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ...]) -> None:
+    """The options of a stage subcommand: the ones every stage takes, then ``groups``."""
+    group = parser.add_argument_group("release line")
     group.add_argument(
-        "--version", help="release line from the catalog (default: its default_version)"
+        "--torch",
+        metavar="X.Y.Z",
+        help="PyTorch release line to work on, from the catalog (default: the catalog's "
+        "default line). make build takes it as VERSION=",
     )
     group.add_argument(
-        "--catalog", type=Path, help="release catalog YAML (default: patches/catalog.yaml)"
+        "--catalog",
+        type=Path,
+        metavar="PATH",
+        help="release catalog to read (default: the catalog shipped with this tool)",
     )
     group.add_argument(
         "--companion",
         choices=COMPANIONS,
-        help="act on the line's companion (built against the line's torch wheel) instead of "
+        help="work on the line's companion (built against the line's torch wheel) instead of "
         "torch; --source and --sha256 then describe the companion's source",
     )
-    group.add_argument(
-        "--torch-only",
-        action="store_true",
-        help="`all`: build torch alone, without its companion (make build TORCH_ONLY=1)",
-    )
-    group.add_argument(
-        "--python",
-        action="append",
-        default=[],
-        metavar="X.Y|PATH",
-        help="interpreter to build for; repeat for several (the first compiles, the rest reuse "
-        "the build tree). Default: the Python running this command",
-    )
-    group.add_argument(
-        "--builder",
-        choices=BUILDERS,
-        default="pytorch-macos",
-        help="pytorch-macos (default): PyTorch's CMake build with MPS, macOS only. "
-        "setuptools: a generic `pip wheel` of a small setup.py tree that is not PyTorch "
-        "(the test suite's fixture upstream uses it on any OS)",
-    )
-    group.add_argument(
-        "--libomp",
-        type=Path,
-        metavar="PREFIX",
-        help="OpenMP to build with and bundle: a folder with include/omp.h and lib/libomp.dylib "
-        "(default: Homebrew's /usr/local/opt/libomp). Use one built for the line's "
-        "macOS deployment target, e.g. conda-forge's llvm-openmp for osx-64",
-    )
-    group = parser.add_argument_group("source")
-    group.add_argument(
-        "--source",
-        metavar="URL|git|git+REPO|PATH",
-        help="where the upstream source comes from (default: the catalog's release tarball)",
-    )
-    group.add_argument("--sha256", help="expected sha256 of the source tarball")
-    group.add_argument(
-        "--trust-on-first-use",
-        action="store_true",
-        help="fetch a line the catalog has no sha256 pin for, and record the hash seen",
-    )
-    group.add_argument(
-        "--retries", type=int, default=FetchSettings.retries, help="download retries"
-    )
-    group.add_argument(
-        "--timeout", type=float, default=FetchSettings.timeout, help="download read timeout (s)"
-    )
-    group.add_argument(
-        "--backoff",
-        type=float,
-        default=FetchSettings.backoff,
-        help="seconds before the first download retry; doubles each time",
-    )
+    if "torch_only" in groups:
+        group.add_argument(
+            "--torch-only",
+            action="store_true",
+            help="build torch alone, without the line's torchvision (make build TORCH_ONLY=1)",
+        )
+    if "python" in groups:
+        group.add_argument(
+            "--python",
+            action="append",
+            default=[],
+            metavar="X.Y|PATH",
+            help="interpreter to build for; repeat for several (the first compiles, the rest "
+            "reuse the build tree). Default: the Python running this command",
+        )
+    if "builder" in groups:
+        group.add_argument(
+            "--builder",
+            choices=BUILDERS,
+            default="pytorch-macos",
+            help="pytorch-macos (default): PyTorch's CMake build with MPS, macOS only. "
+            "setuptools: a generic `pip wheel` of a small setup.py tree that is not PyTorch "
+            "(the test suite's fixture upstream uses it on any OS)",
+        )
+    if "libomp" in groups:
+        group.add_argument(
+            "--libomp",
+            type=Path,
+            metavar="PREFIX",
+            help="OpenMP to build with and bundle: a folder with include/omp.h and "
+            "lib/libomp.dylib (default: Homebrew's /usr/local/opt/libomp). Use one built for "
+            "the line's macOS deployment target, e.g. conda-forge's llvm-openmp for osx-64",
+        )
+    if "source" in groups:
+        group = parser.add_argument_group("source")
+        group.add_argument(
+            "--source",
+            metavar="URL|git|git+REPO|PATH",
+            help="where the upstream source comes from (default: the catalog's release tarball)",
+        )
+        group.add_argument("--sha256", metavar="HEX", help="expected sha256 of the source tarball")
+        group.add_argument(
+            "--trust-on-first-use",
+            action="store_true",
+            help="fetch a line the catalog has no sha256 pin for, and record the hash seen",
+        )
+        group.add_argument(
+            "--retries",
+            type=int,
+            default=FetchSettings.retries,
+            metavar="N",
+            help=f"download retries (default: {FetchSettings.retries})",
+        )
+        group.add_argument(
+            "--timeout",
+            type=float,
+            default=FetchSettings.timeout,
+            metavar="SECONDS",
+            help="give up a download after this long without a byte "
+            f"(default: {FetchSettings.timeout:g})",
+        )
+        group.add_argument(
+            "--backoff",
+            type=float,
+            default=FetchSettings.backoff,
+            metavar="SECONDS",
+            help="wait before the first download retry; doubles each time "
+            f"(default: {FetchSettings.backoff:g})",
+        )
+        group.add_argument(
+            "--cache-dir",
+            type=Path,
+            default=Path(".cache"),
+            metavar="DIR",
+            help="where downloads are kept (default: ./.cache)",
+        )
     group = parser.add_argument_group("folders and behaviour")
-    group.add_argument("--work-dir", type=Path, default=Path("build"), help="default: ./build")
-    group.add_argument("--cache-dir", type=Path, default=Path(".cache"), help="default: ./.cache")
-    group.add_argument("--wheels-dir", type=Path, default=Path("wheels"), help="default: ./wheels")
+    group.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path("build"),
+        metavar="DIR",
+        help="where each line's source, patched tree and wheels are made (default: ./build)",
+    )
+    if "wheels" in groups:
+        group.add_argument(
+            "--wheels-dir",
+            type=Path,
+            default=Path("wheels"),
+            metavar="DIR",
+            help="where verified wheels and their pip index go (default: ./wheels)",
+        )
     group.add_argument(
         "--dry-run", action="store_true", help="print every command and variable; run nothing"
     )
@@ -269,10 +321,17 @@ def _check_sha256(value: str | None) -> str | None:
     return value
 
 
-def resolve(args: argparse.Namespace) -> Options:
-    catalog = catalog_mod.load(args.catalog)
-    line = catalog.line(args.version)
-    specs: list[str | None] = list(args.python) or [None]
+@functools.cache
+def _defaults() -> dict[str, Any]:
+    """What resolve() assumes for an option a subcommand does not take: its usual default."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser, ALL_GROUPS)
+    values = vars(parser.parse_args([]))
+    values["python"] = None  # no --python: the subcommand builds no wheel, so names no Python
+    return values
+
+
+def _resolve_pythons(line: ReleaseLine, specs: list[str | None]) -> tuple[PythonTarget, ...]:
     pythons: list[PythonTarget] = []
     for spec in specs:
         target = resolve_python(spec)
@@ -288,30 +347,45 @@ def resolve(args: argparse.Namespace) -> Options:
     # The first compiles; building the oldest first is what upstream's multi-Python builds do
     # and keeps the order (and so the plan) stable whatever order the flags came in.
     pythons.sort(key=lambda target: Version(target.version))
-    companion = getattr(args, "companion", None)
-    sha256 = _check_sha256(args.sha256)
+    return tuple(pythons)
+
+
+def resolve(args: argparse.Namespace) -> Options:
+    """The options of a subcommand; one that it does not take gets its default."""
+    values = {**_defaults(), **vars(args)}
+    catalog = catalog_mod.load(values["catalog"])
+    line = catalog.line(values["torch"])
+    if values["python"] is None:
+        pythons: tuple[PythonTarget, ...] = ()  # fetch and patch build no wheel
+    else:
+        pythons = _resolve_pythons(line, list(values["python"]) or [None])
+    libomp = values["libomp"]
+    companion = values["companion"]
+    sha256 = _check_sha256(values["sha256"])
     options = Options(
         catalog=catalog,
         line=line,
-        pythons=tuple(pythons),
-        source=None if companion else args.source,
+        pythons=pythons,
+        source=None if companion else values["source"],
         sha256=None if companion else sha256,
-        trust_on_first_use=args.trust_on_first_use,
-        dry_run=args.dry_run,
-        builder=args.builder,
-        wait=args.wait,
-        libomp=args.libomp.absolute() if args.libomp else None,
-        work_dir=args.work_dir.absolute(),
-        cache_dir=args.cache_dir.absolute(),
-        wheels_dir=args.wheels_dir.absolute(),
+        trust_on_first_use=values["trust_on_first_use"],
+        dry_run=values["dry_run"],
+        builder=values["builder"],
+        wait=values["wait"],
+        libomp=libomp.absolute() if libomp else None,
+        work_dir=values["work_dir"].absolute(),
+        cache_dir=values["cache_dir"].absolute(),
+        wheels_dir=values["wheels_dir"].absolute(),
         fetch=FetchSettings(
-            retries=max(0, args.retries), timeout=args.timeout, backoff=max(0.0, args.backoff)
+            retries=max(0, values["retries"]),
+            timeout=values["timeout"],
+            backoff=max(0.0, values["backoff"]),
         ),
-        build_companions=not getattr(args, "torch_only", False),
+        build_companions=not values["torch_only"],
     )
     if not companion:
         return options
-    chosen = options.companion(args.source, sha256)
+    chosen = options.companion(values["source"], sha256)
     if chosen is None or chosen.line.name != companion:
         raise BuildError(
             f"PyTorch {line.version} has no {companion} companion in the catalog "

@@ -176,19 +176,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where the source files live, by tree path (default: patches/src)")
     sub = parser.add_subparsers(dest="command", required=True)
     create = sub.add_parser("create", help="write a new patch from source files")
-    create.add_argument("patch", type=Path)
+    create.add_argument("patch", type=Path, help="the patch file to write")
     create.add_argument("--file", action="append", required=True, metavar="TREE_PATH",
                         help="path inside the PyTorch tree; the source is SRC_ROOT/TREE_PATH")
-    create.add_argument("--description", required=True)
+    create.add_argument("--description", required=True,
+                        help="what the patch does: its DEP-3 Description")
     create.add_argument("--applies-to", required=True, help='release lines, e.g. "2.15.0, 2.14.1"')
-    create.add_argument("--origin", default="intelmac-torch")
-    create.add_argument("--forwarded", default="not-needed")
+    create.add_argument("--origin", default="intelmac-torch",
+                        help="where the change comes from (default: intelmac-torch)")
+    create.add_argument("--forwarded", default="not-needed",
+                        help="the upstream PR it was sent as (default: not-needed)")
     create.set_defaults(func=_create)
     refresh = sub.add_parser("refresh", help="rewrite the generated sections of patches")
-    refresh.add_argument("patch", type=Path, nargs="+")
+    refresh.add_argument("patch", type=Path, nargs="+", help="patch files to rewrite")
     refresh.set_defaults(func=_refresh)
     check = sub.add_parser("check", help="exit 1 if a generated section is out of date")
-    check.add_argument("patch", type=Path, nargs="*")
+    check.add_argument("patch", type=Path, nargs="*",
+                       help="patch files to check (default: every patch under patches/)")
     check.set_defaults(func=_check)
     args = parser.parse_args(argv)
     try:

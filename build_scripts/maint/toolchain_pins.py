@@ -274,8 +274,18 @@ def import_problems(line: ReleaseLine, tree: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.maint.toolchain_pins")
-    parser.add_argument("action", choices=("refresh", "check", "imports"))
+    parser = argparse.ArgumentParser(
+        prog="python -m intelmac_torch_builder.maint.toolchain_pins",
+        description="Write or check the pinned, hashed build toolchain of each release line "
+        "(patches/toolchain/<line>.txt). refresh and check ask the package index through pip.",
+    )
+    parser.add_argument(
+        "action",
+        choices=("refresh", "check", "imports"),
+        help="refresh: rewrite the hashes from what pip would install on an Intel Mac; "
+        "check: fail when pip would install a file that is not pinned; imports: fail when a "
+        "real source tree's build imports a module that is not pinned",
+    )
     parser.add_argument(
         "--tree",
         type=Path,

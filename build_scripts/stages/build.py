@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,12 @@ from ..core._plan import Section, Step, environment
 from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget
+from ..core.records import BUILT, SERIES_MARKER, SourceRecord, read_series_marker, verified_record
 from ..platforms import macos, torchvision
-from ..stages import patch as patch_stage
-from ..stages.patch import read_marker
-from ..stages.source import SourceRecord
 
-BUILT = "built.json"
+#: How the build stage re-applies the series to a stale tree: the patch stage's run, passed
+#: in by whoever runs the stages (``pipeline``), so that this stage imports no other.
+Repatch = Callable[[Options, Log], object]
 
 
 def _empty_raw(options: Options, python: PythonTarget) -> None:
@@ -48,7 +49,7 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
     if len(wheels) != 1:
         raise BuildError(f"expected one wheel in {raw} after the build, found {len(wheels)}")
     layout = options.layout
-    marker = read_marker(layout.patched_tree) or {}
+    marker = read_series_marker(layout.patched_tree) or {}
     source = SourceRecord.load(layout.source_record)
     if options.builder != "pytorch-macos":
         interpreter = python.executable
@@ -96,19 +97,19 @@ def _build_requirements(options: Options, python: PythonTarget) -> dict[str, Any
     }
 
 
-def current_tree(options: Options, log: Log) -> None:
+def current_tree(options: Options, log: Log, repatch: Repatch) -> None:
     """Patch the tree again when the catalog's series changed since it was patched.
 
     Without this, ``build`` alone would compile the old series, and only ``verify``, after
     hours of compiling, would notice.
     """
     tree = options.layout.patched_tree
-    marker = read_marker(tree)
+    marker = read_series_marker(tree)
     wanted = options.line.series_fingerprint
     if marker is None:
         raise BuildError(
-            f"{tree} is not a patched tree (no {patch_stage.MARKER}): run the patch stage first "
-            f"(python -m intelmac_torch_builder patch --version {options.line.version})."
+            f"{tree} is not a patched tree (no {SERIES_MARKER}): run the patch stage first "
+            f"(python -m intelmac_torch_builder patch --torch {options.line.version})."
         )
     found = str(marker.get("series_fingerprint"))
     if found != wanted:
@@ -116,12 +117,10 @@ def current_tree(options: Options, log: Log) -> None:
             f"{tree} carries series {found[:12]}, but the catalog's series is now {wanted[:12]}: "
             "patching it again before compiling"
         )
-        patch_stage.patch(options, log)
+        repatch(options, log)
 
 
 def _torch_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    from ..stages.verify import verified_record  # verify imports this module
-
     return verified_record(companion.torch_options(options), python)
 
 
@@ -233,7 +232,7 @@ def plan(options: Options, host: Host) -> Section:
 
 def unsupported_host_message(options: Options, host: Host) -> str:
     layout = options.layout
-    marker = read_marker(layout.patched_tree)
+    marker = read_series_marker(layout.patched_tree)
     pythons = " ".join(python.version for python in options.pythons)
     source = SourceRecord.load(layout.source_record)
     if marker is not None and source is not None:
@@ -258,7 +257,7 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         "  git clone <this repository> && cd <it>\n"
         f"  make build VERSION={torch_version} PYTHON='{pythons}'\n"
         "See every command and variable it will use first with:\n"
-        f"  python -m intelmac_torch_builder build --dry-run --version {torch_version}"
+        f"  python -m intelmac_torch_builder build --dry-run --torch {torch_version}"
         + "".join(f" --python {python.version}" for python in options.pythons)
     )
 
@@ -287,14 +286,14 @@ def _preflight_generic(options: Options) -> None:
         )
 
 
-def build(options: Options, log: Log, host: Host | None = None) -> None:
+def build(options: Options, log: Log, host: Host | None = None, *, repatch: Repatch) -> None:
     host = host or host_mod.probe()
     if options.companion_of is not None:
         for python in options.pythons:
             torch_wheel_for(options, python)  # says which stage to run when it is missing
     if options.builder == "pytorch-macos" and not host.is_macos:
         raise UnsupportedHostError(unsupported_host_message(options, host))
-    current_tree(options, log)
+    current_tree(options, log, repatch)
     if options.builder == "pytorch-macos" and options.companion_of is not None:
         _preflight_companion(options)
     elif options.builder == "pytorch-macos":
@@ -323,15 +322,14 @@ def build(options: Options, log: Log, host: Host | None = None) -> None:
             step.action()
 
 
-def built_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    return _stage.read_record(options, python, BUILT, stage="build", what="built")
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], *, repatch: Repatch
+) -> None:
     _stage.register(
         subparsers,
         "build",
         "compile the patched tree into wheels (macOS)",
         lambda options: plan(options, host_mod.probe()),
-        build,
+        lambda options, log: build(options, log, repatch=repatch),
+        groups=("python", "builder", "libomp"),
     )

@@ -6,14 +6,12 @@ its own sha256); the index lists exactly the wheels that have one. Every file is
 beside its destination and moved into place with os.replace, so pip never reads a half
 written page or a wheel the page does not describe yet.
 
-    pip install --index-url file://$PWD/wheels/simple torch==2.6.0+intelmac
+    pip install --extra-index-url file://$PWD/wheels/simple torch==2.6.0+intelmac
 """
 
 from __future__ import annotations
 
 import argparse
-import html
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,7 +24,8 @@ from ..core._log import Log
 from ..core._plan import Section, Step
 from ..core.errors import BuildError
 from ..core.options import Options, PythonTarget
-from ..stages.verify import VERIFIED, verified_record
+from ..core.records import VERIFIED, verified_record
+from ..core.simple_index import project_page, root_page
 
 BUILD_JSON = ".build.json"
 
@@ -47,33 +46,6 @@ def indexed_wheels(wheels_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
         ):
             found.append((wheel, meta))
     return found
-
-
-def page(title: str, body: str) -> str:
-    """An HTML page of the simple repository API (PEP 503, repository version 1.0)."""
-    return (
-        '<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
-        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n{body}  </body>\n</html>\n"
-    )
-
-
-def _links_page(title: str, links: list[str]) -> str:
-    body = "".join(f"    {link}<br/>\n" for link in links)
-    return page(title, f"    <h1>{html.escape(title)}</h1>\n{body}")
-
-
-def project_page(project: str, files: Iterable[tuple[str, str, str]]) -> str:
-    """A project's PEP 503 page; ``files`` holds (URL, file name, sha256) triples."""
-    links = [
-        f'<a href="{html.escape(url)}#sha256={sha}">{html.escape(filename)}</a>'
-        for url, filename, sha in files
-    ]
-    return _links_page(f"Links for {project}", links)
-
-
-def root_page(projects: Iterable[str]) -> str:
-    """The PEP 503 root page listing ``projects`` (normalized names)."""
-    return _links_page("Simple index", [f'<a href="{name}/">{name}</a>' for name in projects])
 
 
 def write_index(wheels_dir: Path) -> dict[str, list[str]]:
@@ -215,4 +187,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "add verified wheels to wheels/ and rewrite its simple index",
         plan,
         index,
+        groups=("python", "wheels"),
     )

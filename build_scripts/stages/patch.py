@@ -20,9 +20,7 @@ from ..core._log import Log
 from ..core._plan import Section, Step
 from ..core.errors import BuildError
 from ..core.options import Options
-from ..stages.source import SourceRecord
-
-MARKER = ".intelmac-series.json"
+from ..core.records import SERIES_MARKER, SourceRecord, read_series_marker
 
 
 def _wanted_marker(options: Options, record: SourceRecord) -> dict[str, Any]:
@@ -32,11 +30,6 @@ def _wanted_marker(options: Options, record: SourceRecord) -> dict[str, Any]:
         "source_tree_id": record.tree_id,
         "source_sha256": record.sha256,
     }
-
-
-def read_marker(tree: Path) -> dict[str, Any] | None:
-    data = _fsutil.read_json(tree / MARKER)
-    return data if isinstance(data, dict) else None
 
 
 def patch(options: Options, log: Log) -> Path:
@@ -49,10 +42,10 @@ def patch(options: Options, log: Log) -> Path:
     if record is None or not layout.source_tree.is_dir():
         raise BuildError(
             f"No source tree in {layout.root}. Fetch it first: "
-            f"python -m intelmac_torch_builder fetch --version {options.line.version}"
+            f"python -m intelmac_torch_builder fetch --torch {options.line.version}"
         )
     wanted = _wanted_marker(options, record)
-    current = read_marker(layout.patched_tree)
+    current = read_series_marker(layout.patched_tree)
     if current is not None and all(current.get(key) == value for key, value in wanted.items()):
         if not series or patching.is_applied(layout.patched_tree, series):
             log.info(f"Already patched (series {fingerprint[:12]}): {layout.patched_tree}")
@@ -85,7 +78,7 @@ def patch(options: Options, log: Log) -> Path:
             # Same upstream source, new series: keep the CMake/ninja tree, so only what the
             # new patches touch recompiles.
             os.rename(old_build, staging / "build")
-        _fsutil.write_json_atomic(staging / MARKER, {**wanted, "applied_here": not already})
+        _fsutil.write_json_atomic(staging / SERIES_MARKER, {**wanted, "applied_here": not already})
         _fsutil.swap_dir_into_place(staging, layout.patched_tree)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -25,9 +25,7 @@ from ..core._plan import Section, Step, environment
 from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget
-from ..stages.build import built_record
-
-REPAIRED = "repaired.json"
+from ..core.records import REPAIRED, built_record
 
 
 def repaired_dir(options: Options, python: PythonTarget) -> Path:
@@ -128,7 +126,7 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                 raise UnsupportedHostError(
                     "delocate repairs macOS wheels and runs only on macOS; this wheel was built "
                     "on a Mac, so repair it there: python -m intelmac_torch_builder repair "
-                    f"--version {options.line.version} --python {python.version}"
+                    f"--torch {options.line.version} --python {python.version}"
                 )
             log.run_logged(
                 delocate_argv(raw, Path(scratch), delocate_extra(options)),
@@ -161,10 +159,6 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
     )
     log.info(f"{python.tag}: {destination.name} carries {buildinfo.FILENAME}")
     return destination
-
-
-def repaired_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    return _stage.read_record(options, python, REPAIRED, stage="repair", what="repaired")
 
 
 def repair(options: Options, log: Log, host: Host | None = None) -> list[Path]:
@@ -201,5 +195,10 @@ def plan(options: Options) -> Section:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _stage.register(
-        subparsers, "repair", "bundle libomp (delocate) and add build information", plan, repair
+        subparsers,
+        "repair",
+        "bundle libomp into the built wheels (delocate) and add the build information",
+        plan,
+        repair,
+        groups=("python", "builder"),
     )

@@ -30,7 +30,7 @@ import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
@@ -46,6 +46,7 @@ from ..core._plan import Section, Step
 from ..core.catalog import Catalog, yaml_error
 from ..core.errors import BuildError
 from ..core.options import FetchSettings, Options
+from ..core.records import SourceKind, SourceRecord
 
 # 404 is retried too: GitHub's release CDN has answered 404 for a few seconds after an
 # upload, and the issue asks for it. The final message says "not there" plainly.
@@ -62,50 +63,12 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     return (requests.RequestException, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
 
 
-SourceKind = Literal["url", "git", "tarball", "directory"]
-
-
 @dataclass(frozen=True)
 class ResolvedSource:
     kind: SourceKind
     location: str  # URL, repository URL or absolute path
     expected_sha256: str | None  # None: unpinned (URL: needs trust-on-first-use)
     pin_origin: str
-
-
-@dataclass(frozen=True)
-class SourceRecord:
-    """What the pristine tree in the work dir was made from (``source.json``)."""
-
-    kind: SourceKind
-    location: str
-    sha256: str | None  # of the tarball; None for git and directory sources
-    commit: str | None  # git sources: the commit the tag pointed at
-    tree_id: str  # new for every extraction; the patch stage keys its tree on it
-
-    def same_origin(self, other: SourceRecord) -> bool:
-        return (self.kind, self.location, self.sha256) == (other.kind, other.location, other.sha256)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "location": self.location,
-            "sha256": self.sha256,
-            "commit": self.commit,
-            "tree_id": self.tree_id,
-        }
-
-    @classmethod
-    def load(cls, path: Path) -> SourceRecord | None:
-        data = _fsutil.read_json(path)
-        if not isinstance(data, dict):
-            return None
-        try:
-            return cls(
-                **{key: data[key] for key in ("kind", "location", "sha256", "commit", "tree_id")}
-            )
-        except (KeyError, TypeError):
-            return None
 
 
 # --- trust on first use -----------------------------------------------------------------
@@ -360,7 +323,7 @@ def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> 
                 attempt += 1
                 if attempt > settings.retries:
                     hint = (
-                        "The file is not there: check --version and the catalog's URL, or pass "
+                        "The file is not there: check --torch and the catalog's URL, or pass "
                         "--source with a mirror, a local tarball or 'git'."
                         if problem.status == 404
                         else "Check the network (or the server), then run again: the part "
@@ -727,4 +690,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "download (or clone, or copy), check and extract the upstream source",
         plan,
         fetch,
+        groups=("source",),
     )

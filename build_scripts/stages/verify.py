@@ -48,10 +48,8 @@ from ..core._log import Log
 from ..core._plan import Section, Step
 from ..core.errors import BuildError
 from ..core.options import Options, PythonTarget
-from ..stages.repair import repaired_record
-from ..stages.source import SourceRecord
+from ..core.records import VERIFIED, SourceRecord, repaired_record
 
-VERIFIED = "verified.json"
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
 
@@ -561,11 +559,6 @@ def verify(options: Options, log: Log) -> list[Path]:
     return verified
 
 
-def verified_record(options: Options, python: PythonTarget) -> dict[str, Any]:
-    # A wheel that failed verification has no record: it never enters the index.
-    return _stage.read_record(options, python, VERIFIED, stage="verify", what="verified")
-
-
 def plan(options: Options) -> Section:
     extra = (
         f", requires exactly {companion.torch_requirement(options)}, MPS kernels in "
@@ -591,4 +584,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "check the repaired wheels before they may enter the index",
         plan,
         verify,
+        groups=("python", "builder"),
     )

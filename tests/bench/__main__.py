@@ -40,7 +40,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="device to benchmark (default: mps when available, else cuda, xpu, cpu)",
     )
-    p.add_argument("--out", type=Path, default=Path("reports/bench"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("reports/bench"),
+        help="folder for the JSON, Markdown and PNG reports (default: reports/bench)",
+    )
     p.add_argument(
         "--smoke",
         action="store_true",

@@ -3,7 +3,7 @@
 test_ci_wheel_checks.py proves the checks against a hand-written stand-in of the contract.
 Here they run where the release workflow's test-wheel job runs them, a macOS VM without a
 usable GPU, as far as Linux can play it: check-upstream's sandbox
-(``upstream_check.sandbox_for``) holds a line's own upstream ``torch/backends`` files (the
+(``check_upstream.sandbox_for``) holds a line's own upstream ``torch/backends`` files (the
 2.6.0 source tree, the official wheels) with the catalog's series applied, under a stand-in
 ``torch`` whose ``torch._C`` and ``torch.ops.intelmac`` run the series' C++ policy header through a ctypes shim.
 The pretend Macs are a macOS VM whose only Metal device is the Apple Paravirtual device, and
@@ -30,7 +30,7 @@ from types import ModuleType
 import pytest
 from ci_support import REPO
 from intelmac_torch_builder.core import catalog, contract
-from intelmac_torch_builder.maint import upstream_check
+from intelmac_torch_builder.maint import check_upstream
 
 CHECKS = REPO / "ci" / "wheel_checks.py"
 UPSTREAM_CACHE = Path.home() / ".cache" / "pytorch-upstream"
@@ -63,7 +63,7 @@ def _trees() -> list[object]:
 
 @dataclasses.dataclass(frozen=True)
 class PatchedTorch:
-    sandbox: upstream_check.Sandbox
+    sandbox: check_upstream.Sandbox
     wheel_version: str  # what torch.__version__ says, as in the built wheel
 
     def run_checks(self, mac: str, *args: str,
@@ -103,8 +103,8 @@ def _patched(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> Patche
                     "../shared/tools (upstream-src 2.6.0, upstream-wheel VERSION)")
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         pytest.skip("no C++ compiler (apt-get install g++): the policy shim cannot be built")
-    tree = upstream_check.detect_tree(upstream)
-    sandbox = upstream_check.sandbox_for(tree, tmp_path_factory.mktemp(f"real-layer-{tree.line}"))
+    tree = check_upstream.detect_tree(upstream)
+    sandbox = check_upstream.sandbox_for(tree, tmp_path_factory.mktemp(f"real-layer-{tree.line}"))
     info = _build_info(CATALOG.line(tree.line))
     # As in a built wheel: INTELMAC_BUILD.json in the .dist-info beside torch/.
     dist_info = next(sandbox.root.glob("torch-*.dist-info"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,30 @@ class Result:
     @property
     def text(self) -> str:
         return self.out + self.err
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in cli.make_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _taken_by(command: str, argv: list[str]) -> list[str]:
+    """``argv`` less the options that ``command`` does not take but another command does."""
+    commands = _subcommands()
+    known = {
+        option: action
+        for parser in commands.values()
+        for option, action in parser._option_string_actions.items()
+    }
+    taken = commands[command]._option_string_actions
+    kept: list[str] = []
+    words = iter(argv)
+    for word in words:
+        action = known.get(word)
+        value = [next(words)] if action is not None and action.nargs != 0 else []
+        if action is None or word in taken:
+            kept += [word, *value]
+    return kept
 
 
 @dataclass
@@ -56,9 +81,13 @@ class Project:
         return self.tarball.name
 
     def argv(self, command: str, *args: str) -> list[str]:
-        """The CLI's arguments for ``command`` on this project's catalog and folders."""
-        return [
-            command,
+        """The CLI's arguments for ``command`` with the project's catalog, folders and ``args``.
+
+        Like one set of make flags given to every stage, the project's options (and ``args``)
+        go to each command only where it takes them: ``patch`` has no ``--cache-dir``. An
+        option no command takes still goes through, so a misspelt one fails the test.
+        """
+        return [command, *_taken_by(command, [
             "--catalog", str(self.catalog),
             "--work-dir", str(self.work),
             "--cache-dir", str(self.cache),
@@ -67,7 +96,7 @@ class Project:
             "--timeout", "5",
             *self.extra,
             *args,
-        ]  # fmt: skip
+        ])]  # fmt: skip
 
     def cli(self, command: str, *args: str) -> Result:
         argv = self.argv(command, *args)

@@ -119,7 +119,7 @@ def test_companion_build_needs_the_verified_torch_first(project: Project) -> Non
     built = project.cli("build", "--builder", "setuptools", "--companion", "torchvision")
     assert built.code == 1
     assert "run the verify stage first" in built.err
-    assert f"--version {project.version}" in built.err
+    assert f"--torch {project.version}" in built.err
 
 
 def test_companion_option_on_a_line_without_one(project: Project) -> None:
@@ -236,7 +236,7 @@ def test_intel_mac_plan_builds_torchvision_against_our_torch(
     assert tv is not None and tv.name == "torchvision"
     python = "3.12"  # every line has it
     work = tmp_path / "work"
-    out = dry_run(capsys, work, "--version", version, "--python", python,
+    out = dry_run(capsys, work, "--torch", version, "--python", python,
                   *(["--trust-on-first-use"] if tv.source.sha256 is None else []))  # fmt: skip
     companion_part = out[out.index(f"#### torchvision {tv.version}") :]
     torch_part = out[: out.index(f"#### torchvision {tv.version}")]
@@ -281,7 +281,7 @@ def test_intel_mac_plan_builds_torchvision_against_our_torch(
     assert "torchvision/index.html" in " ".join(section(companion_part, "index"))
     assert "FORCE_MPS" not in torch_part
 
-    only = dry_run(capsys, tmp_path / "w2", "--version", version, "--python", python,
+    only = dry_run(capsys, tmp_path / "w2", "--torch", version, "--python", python,
                    "--torch-only", "--trust-on-first-use")  # fmt: skip
     assert "torchvision" not in only
 

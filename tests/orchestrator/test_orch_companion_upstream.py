@@ -44,7 +44,7 @@ def test_real_torchvision_0_21_0_source_and_its_macos_plan(
         folders = ["--work-dir", str(work), "--cache-dir", str(tmp_path / "cache")]
         capsys.readouterr()
         code = cli.main(
-            ["fetch", "--version", "2.6.0", "--companion", "torchvision", "--source", url,
+            ["fetch", "--torch", "2.6.0", "--companion", "torchvision", "--source", url,
              "--timeout", "30", *folders]
         )  # fmt: skip
         err = capsys.readouterr().err
@@ -68,7 +68,7 @@ def test_real_torchvision_0_21_0_source_and_its_macos_plan(
     # The variables the plan sets are the ones upstream's setup.py reads.
     setup_py = (tree / "setup.py").read_text()
     read = set(re.findall(r'os\.getenv\("([A-Z_]+)"', setup_py))
-    plan = dry_run(capsys, work, "--version", "2.6.0", "--companion", "torchvision",
+    plan = dry_run(capsys, work, "--torch", "2.6.0", "--companion", "torchvision",
                    "--python", "3.12")  # fmt: skip
     build = section(plan, "build")
     env = exports(build)

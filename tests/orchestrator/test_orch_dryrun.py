@@ -109,7 +109,7 @@ def test_intel_mac_plan_for_2_6_0(
     fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     work = tmp_path / "work"
-    out = dry_run(capsys, work, "--version", "2.6.0", "--python", "3.12")
+    out = dry_run(capsys, work, "--torch", "2.6.0", "--python", "3.12")
     build = section(out, "build")
     assert exports(build) == base_env("2.6.0", "13.0", 8)
     root = work / "2.6.0"
@@ -156,7 +156,7 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
 ) -> None:
     work = tmp_path / "work"
     # Given newest first: the plan still builds the oldest first.
-    out = dry_run(capsys, work, "--version", "2.15.0", "--python", "3.13", "--python", "3.12")
+    out = dry_run(capsys, work, "--torch", "2.15.0", "--python", "3.13", "--python", "3.12")
     build = section(out, "build")
     assert exports(build) == base_env("2.15.0", "14.0", 8)
     root = work / "2.15.0"
@@ -193,7 +193,7 @@ def test_apple_silicon_cross_build_is_labelled(
         Path("/usr/local/opt/libomp"),
     )
     monkeypatch.setattr(host, "probe", lambda: arm)
-    out = dry_run(capsys, tmp_path / "work", "--version", "2.9.1", "--python", "3.11")
+    out = dry_run(capsys, tmp_path / "work", "--torch", "2.9.1", "--python", "3.11")
     build = section(out, "build")
     expected = base_env("2.9.1", "13.0", 8)  # 16 GiB / 2: memory, not the 12 cores, bounds it
     expected.update(
@@ -212,7 +212,7 @@ def test_unsupported_python_for_the_line(
     fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = cli.main(
-        ["all", "--dry-run", "--version", "2.15.0", "--python", "3.10", "--work-dir", str(tmp_path)]
+        ["all", "--dry-run", "--torch", "2.15.0", "--python", "3.10", "--work-dir", str(tmp_path)]
     )
     assert code == 1
     assert "Supported: 3.11, 3.12, 3.13, 3.14" in capsys.readouterr().err
@@ -224,7 +224,7 @@ def test_libomp_can_be_given(
     out = dry_run(
         capsys,
         tmp_path / "work",
-        "--version",
+        "--torch",
         "2.6.0",
         "--python",
         "3.12",
@@ -241,7 +241,7 @@ def test_linux_dry_run_says_the_real_run_stops(
 ) -> None:
     linux = Host("Linux", "x86_64", None, 2, 8 * GIB, None, None, None)
     monkeypatch.setattr(host, "probe", lambda: linux)
-    out = dry_run(capsys, tmp_path / "work", "--version", "2.6.0")
+    out = dry_run(capsys, tmp_path / "work", "--torch", "2.6.0")
     build = "\n".join(section(out, "build"))
     assert "this host is Linux: a real run stops before this stage with exit code 3" in build
     assert "libomp NOT FOUND" in build
@@ -366,7 +366,7 @@ def test_the_plan_runs_when_pasted(
 ) -> None:
     bash = str(BASH)
     work = tmp_path / "work"
-    out = dry_run(capsys, work, "--version", "2.6.0", "--python", "3.12")
+    out = dry_run(capsys, work, "--torch", "2.6.0", "--python", "3.12")
     subprocess.run([bash, "-n"], input=out, text=True, check=True)  # the whole plan parses
 
     # A pretend Mac's tools: sysctl says 12 cores and 16 GiB; delocate-wheel and the build
@@ -406,7 +406,7 @@ def test_build_information_records_the_pinned_toolchain(fake_mac: Path) -> None:
     from intelmac_torch_builder.stages import build as build_stage
     from intelmac_torch_builder.stages import repair
 
-    args = cli.make_parser().parse_args(["build", "--version", "2.6.0", "--python", "3.12"])
+    args = cli.make_parser().parse_args(["build", "--torch", "2.6.0", "--python", "3.12"])
     options = resolve(args)
     record = build_stage._build_requirements(options, options.pythons[0])
     assert record is not None

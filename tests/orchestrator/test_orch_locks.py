@@ -56,7 +56,7 @@ def test_second_build_waits_for_the_first(
     codes: list[int] = []
     argv = [
         "fetch", "--catalog", str(project.catalog), "--work-dir", str(project.work),
-        "--cache-dir", str(project.cache), "--wheels-dir", str(project.wheels),
+        "--cache-dir", str(project.cache),
     ]  # fmt: skip
     waiter = threading.Thread(target=lambda: codes.append(cli.main(argv)))
     waiter.start()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from intelmac_torch_builder.core import patching
-from intelmac_torch_builder.maint import upstream_check
+from intelmac_torch_builder.maint import check_upstream
 
 from .objc_stubs import STUBS
 
@@ -96,7 +96,7 @@ def prepare(line: str, series: Sequence[Path], work: Path) -> LineTree:
     include = wheel_root(line) / "torch" / "include"
     tree = work / "tree"
     for path in _series_headers(series):
-        mapped = upstream_check.wheel_path(path)
+        mapped = check_upstream.wheel_path(path)
         if mapped is None or not (wheel_root(line) / mapped).is_file():
             raise FileNotFoundError(f"the {line} wheel has no {mapped or path}, which the series patches")
         target = tree / path
@@ -104,7 +104,7 @@ def prepare(line: str, series: Sequence[Path], work: Path) -> LineTree:
         target.write_text(strip_guard((wheel_root(line) / mapped).read_text(encoding="utf-8")), encoding="utf-8")
     new = {c.path for p in series for c in patching.file_changes(p) if c.is_new and not c.path.startswith("torch/")}
     wanted = new | _series_headers(series)
-    patching.apply_series(tree, upstream_check.filter_series(series, wanted.__contains__, work / "headers-only"))
+    patching.apply_series(tree, check_upstream.filter_series(series, wanted.__contains__, work / "headers-only"))
     stubs = work / "apple-stubs"
     for name, text in STUBS.items():
         # Only Apple's frameworks are stand-ins; c10 and ATen are the wheel's own.

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import unidiff
 from intelmac_torch_builder.core import catalog
-from intelmac_torch_builder.maint import newfile_patch, upstream_check
+from intelmac_torch_builder.maint import newfile_patch, check_upstream
 
 PATCHES = newfile_patch.PATCHES_DIR
 ALL = newfile_patch.all_patches()
@@ -166,7 +166,7 @@ def unseen_changes(line: str) -> dict[str, int]:
     for patch in catalog.load().line(line).patches:
         for patched_file in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
             path = patched_file.path.removeprefix("b/")
-            if patched_file.is_added_file or upstream_check.wheel_path(path) is not None:
+            if patched_file.is_added_file or check_upstream.wheel_path(path) is not None:
                 continue  # our own file, or one the wheels carry exactly
             counts[path] += patched_file.added + patched_file.removed
     return dict(counts)

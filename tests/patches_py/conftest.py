@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from intelmac_torch_builder.maint import upstream_check
+from intelmac_torch_builder.maint import check_upstream
 
 # pytest imports test files in importlib mode, which keeps test folders off sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -25,14 +25,14 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed (apt-get install g++): the policy shim cannot be built")
     work = tmp_path_factory.mktemp("policy-shim")
-    include = upstream_check.materialise_header(python_series("2.6.0"), work / "tree")
-    return upstream_check.build_shim(include, work / "build")
+    include = check_upstream.materialise_header(python_series("2.6.0"), work / "tree")
+    return check_upstream.build_shim(include, work / "build")
 
 
 @pytest.fixture(scope="session")
-def module_sandbox(shim: Path, tmp_path_factory: pytest.TempPathFactory) -> upstream_check.Sandbox:
+def module_sandbox(shim: Path, tmp_path_factory: pytest.TempPathFactory) -> check_upstream.Sandbox:
     """The new module alone, under stand-ins for torch and every upstream file."""
-    return upstream_check.make_module_sandbox(
+    return check_upstream.make_module_sandbox(
         python_series("2.6.0"), tmp_path_factory.mktemp("module"), shim
     )
 
@@ -40,13 +40,13 @@ def module_sandbox(shim: Path, tmp_path_factory: pytest.TempPathFactory) -> upst
 @pytest.fixture(scope="session")
 def source_2_6_sandbox(
     shim: Path, tmp_path_factory: pytest.TempPathFactory
-) -> upstream_check.Sandbox:
+) -> check_upstream.Sandbox:
     """The real 2.6.0 tree's torch/backends files, patched, under a stand-in torch."""
     if not (SOURCE_2_6 / "version.txt").is_file():
         pytest.skip(
             f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0 provides it)"
         )
-    tree = upstream_check.detect_tree(SOURCE_2_6)
-    return upstream_check.make_sandbox(
+    tree = check_upstream.detect_tree(SOURCE_2_6)
+    return check_upstream.make_sandbox(
         tree, python_series("2.6.0"), tmp_path_factory.mktemp("src-2.6.0"), shim
     )

@@ -13,7 +13,7 @@ import pytest
 from intelmac_torch_builder.core import catalog, patching
 from intelmac_torch_builder.core.errors import BuildError
 from intelmac_torch_builder.core.patching import PatchConflict
-from intelmac_torch_builder.maint import upstream_check
+from intelmac_torch_builder.maint import check_upstream
 from py_support import LINES, REPO, SOURCE_2_6, wheel_dir
 
 
@@ -29,19 +29,19 @@ from py_support import LINES, REPO, SOURCE_2_6, wheel_dir
     ],
 )
 def test_normalise_version(raw: str, line: str) -> None:
-    assert upstream_check.normalise_version(raw) == line
+    assert check_upstream.normalise_version(raw) == line
 
 
 def test_normalise_version_rejects_garbage() -> None:
-    with pytest.raises(BuildError, match="--version"):
-        upstream_check.normalise_version("main")
+    with pytest.raises(BuildError, match="--torch"):
+        check_upstream.normalise_version("main")
 
 
 def test_detect_source_tree_and_wheel(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     (src / "version.txt").write_text("2.6.0a0\n")
-    tree = upstream_check.detect_tree(src)
+    tree = check_upstream.detect_tree(src)
     assert (tree.kind, tree.raw_version, tree.line) == ("source", "2.6.0a0", "2.6.0")
 
     wheel = tmp_path / "wheel"
@@ -50,11 +50,11 @@ def test_detect_source_tree_and_wheel(tmp_path: Path) -> None:
     (wheel / "torch-2.9.1+cpu.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1+cpu\n"
     )
-    tree = upstream_check.detect_tree(wheel)
+    tree = check_upstream.detect_tree(wheel)
     assert (tree.kind, tree.raw_version, tree.line) == ("wheel", "2.9.1+cpu", "2.9.1")
 
     with pytest.raises(BuildError, match="neither a PyTorch source tree"):
-        upstream_check.detect_tree(tmp_path)
+        check_upstream.detect_tree(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_detect_source_tree_and_wheel(tmp_path: Path) -> None:
     ],
 )
 def test_wheel_path_map(path: str, in_wheel: str | None) -> None:
-    assert upstream_check.wheel_path(path) == in_wheel
+    assert check_upstream.wheel_path(path) == in_wheel
 
 
 # Without a C++ compiler the Python layer cannot be exercised; the fidelity check still runs.
@@ -123,7 +123,7 @@ def test_fails_on_a_modified_upstream_file_naming_patch_file_and_hunk(tmp_path: 
     target.write_text(text.replace(anchor, "    return bool(torch._C._mps_is_available())\n"))
 
     with pytest.raises(PatchConflict) as caught:
-        upstream_check.check(tree, python_layer=False, out=lambda line: None)
+        check_upstream.check(tree, python_layer=False, out=lambda line: None)
     message = str(caught.value)
     assert "0003-mps-python-opt-in-and-device-report.patch" in message
     assert "torch/backends/mps/__init__.py" in message
@@ -142,7 +142,7 @@ def test_passes_on_unmodified_small_copy(tmp_path: Path) -> None:
         pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6}")
     lines: list[str] = []
     assert (
-        upstream_check.check(_small_tree(tmp_path, "2.6.0"), python_layer=False, out=lines.append)
+        check_upstream.check(_small_tree(tmp_path, "2.6.0"), python_layer=False, out=lines.append)
         == 0
     )
     assert any("applies  torch/backends/mps/__init__.py" in line for line in lines)
@@ -153,7 +153,7 @@ def test_real_2_6_0_source_tree() -> None:
     if not (SOURCE_2_6 / "version.txt").is_file():
         pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0)")
     lines: list[str] = []
-    status = upstream_check.check(SOURCE_2_6, python_layer=HAVE_CXX, out=lines.append)
+    status = check_upstream.check(SOURCE_2_6, python_layer=HAVE_CXX, out=lines.append)
     report = "\n".join(lines)
     assert status == 0, report
     for path in ("aten/src/ATen/mps/MPSDevice.mm", "aten/src/ATen/mps/EmptyTensor.cpp", "setup.py"):
@@ -177,20 +177,20 @@ def test_real_wheel(version: str) -> None:
     assert "FAIL" not in result.stdout
     if HAVE_CXX:
         assert (
-            f"{len(upstream_check.SCENARIOS)} of {len(upstream_check.SCENARIOS)} scenarios pass"
+            f"{len(check_upstream.SCENARIOS)} of {len(check_upstream.SCENARIOS)} scenarios pass"
             in result.stdout
         )
 
 
 @pytest.mark.upstream
 def test_version_override_picks_another_series() -> None:
-    """--version chooses the series; the 2.6.0 wheel checked as 2.15.0 still reports that line."""
+    """--torch chooses the series; the 2.6.0 wheel checked as 2.15.0 still reports that line."""
     root = wheel_dir("2.6.0")
     if not (root / "torch").is_dir():
         pytest.skip(f"no unpacked 2.6.0 wheel at {root}")
     lines: list[str] = []
     try:
-        upstream_check.check(root, "2.15.0", python_layer=False, out=lines.append)
+        check_upstream.check(root, "2.15.0", python_layer=False, out=lines.append)
     except PatchConflict:
         pass  # another line's series need not fit this wheel; which series was tried matters here
     assert lines[0].startswith("check-upstream:") and "torch 2.6.0" in lines[0]
@@ -207,7 +207,7 @@ def test_fails_on_a_modified_wheel_header(tmp_path: Path) -> None:
     shutil.copytree(next(source.glob("torch-*.dist-info")), wheel / "torch-2.15.0.dist-info")
     for patch in _series("2.15.0"):
         for change in patching.file_changes(patch):
-            mapped = upstream_check.wheel_path(change.path)
+            mapped = check_upstream.wheel_path(change.path)
             if mapped and not change.is_new and (source / mapped).is_file():
                 (wheel / mapped).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source / mapped, wheel / mapped)
@@ -218,7 +218,7 @@ def test_fails_on_a_modified_wheel_header(tmp_path: Path) -> None:
     header.write_text(text.replace(anchor, "  virtual ~MPSDevice();\n"))
 
     with pytest.raises(PatchConflict) as caught:
-        upstream_check.check(wheel, python_layer=False, out=lambda line: None)
+        check_upstream.check(wheel, python_layer=False, out=lambda line: None)
     message = str(caught.value)
     assert "0005-mps-hooks-into-upstream.patch" in message
     assert "aten/src/ATen/mps/MPSDevice.h" in message

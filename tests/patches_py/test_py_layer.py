@@ -1,9 +1,9 @@
 """The patched torch.backends.mps against the contract of issue 3, on Linux.
 
-Each scenario of intelmac_torch_builder.maint.upstream_check runs twice: against the new module alone
+Each scenario of intelmac_torch_builder.maint.check_upstream runs twice: against the new module alone
 (stand-ins for every upstream file) and against the real 2.6.0 tree's own
 torch/backends files with the series' Python hunks applied. torch._C's new bindings are
-test doubles over the real policy header; see upstream_check's docstring.
+test doubles over the real policy header; see check_upstream's docstring.
 """
 
 from __future__ import annotations
@@ -16,21 +16,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from intelmac_torch_builder.maint import upstream_check
-from intelmac_torch_builder.maint.upstream_check import ALLOW_ENV, Sandbox
+from intelmac_torch_builder.maint import check_upstream
+from intelmac_torch_builder.core.contract import ALLOW_ENV
+from intelmac_torch_builder.maint.check_upstream import Sandbox
 
-SCENARIOS = sorted(upstream_check.SCENARIOS)
+SCENARIOS = sorted(check_upstream.SCENARIOS)
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_new_module_alone(module_sandbox: Sandbox, name: str) -> None:
-    upstream_check.SCENARIOS[name](module_sandbox)
+    check_upstream.SCENARIOS[name](module_sandbox)
 
 
 @pytest.mark.upstream
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_on_upstream_2_6_0_tree(source_2_6_sandbox: Sandbox, name: str) -> None:
-    upstream_check.SCENARIOS[name](source_2_6_sandbox)
+    check_upstream.SCENARIOS[name](source_2_6_sandbox)
 
 
 def test_scenarios_catch_a_broken_setter(
@@ -54,7 +55,7 @@ def test_scenarios_catch_a_broken_setter(
     broken = Sandbox(
         broken_root, module_sandbox.shim, module_sandbox.torch_version, "broken on purpose"
     )
-    (result,) = upstream_check.run_scenarios(broken, ["opt_in_after_failed_scan"])
+    (result,) = check_upstream.run_scenarios(broken, ["opt_in_after_failed_scan"])
     assert not result.ok
     assert "expected is_available() False, True, True" in (result.failure or "")
 
@@ -104,7 +105,7 @@ def test_python_parser_matches_cpp_parser(module_sandbox: Sandbox) -> None:
     )
     python_side = json.loads(result.stdout)
     for raw, (value, warning) in zip([None, *spellings], python_side):
-        c_value, c_warning = upstream_check.c_parse_bool_env(module_sandbox.shim, raw)
+        c_value, c_warning = check_upstream.c_parse_bool_env(module_sandbox.shim, raw)
         assert value == c_value, f"{raw!r}: Python says {value}, C++ says {c_value}"
         assert (warning or "") == c_warning, (
             f"{raw!r}: warnings differ:\n  {warning}\n  {c_warning}"
@@ -142,15 +143,15 @@ def test_on_upstream_2_6_0_tree_with_oldest_and_newest_python(
     if python is None:
         pytest.skip(f"no working python{version} on this machine")
     sandbox = dataclasses.replace(source_2_6_sandbox, python=python)
-    failures = [f"{r.name}: {r.failure}" for r in upstream_check.run_scenarios(sandbox) if not r.ok]
+    failures = [f"{r.name}: {r.failure}" for r in check_upstream.run_scenarios(sandbox) if not r.ok]
     assert not failures, "\n".join(failures)
 
 
 # 2.14.1 and 2.15.0: the MPS allocator requires unified memory (upstream's check in
 # MPSAllocator.mm); the policy shim plays such a line with INTELMAC_SANDBOX_UNIFIED_ONLY=1.
 UNIFIED_ONLY = {"INTELMAC_SANDBOX_UNIFIED_ONLY": "1"}
-AMD = upstream_check.PRO5500M["name"]
-INTEL = upstream_check.UHD630["name"]
+AMD = check_upstream.PRO5500M["name"]
+INTEL = check_upstream.UHD630["name"]
 
 
 def test_report_names_the_unified_memory_reason_on_a_dual_gpu_macbook_pro(module_sandbox: Sandbox) -> None:

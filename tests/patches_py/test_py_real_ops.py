@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from intelmac_torch_builder.core.contract import ALLOW_ENV
-from intelmac_torch_builder.maint import upstream_check
+from intelmac_torch_builder.maint import check_upstream
 from py_support import REPO
 from test_py_patch_0003 import registered_ops
 
@@ -86,11 +86,11 @@ def test_the_layer_over_real_torch_ops(shim: Path, tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     if not hasattr(torch, "library") or not hasattr(torch.library, "Library"):
         pytest.skip("this torch has no torch.library")
-    (tmp_path / "standin_c.py").write_text(upstream_check._STANDIN_C, encoding="utf-8")
+    (tmp_path / "standin_c.py").write_text(check_upstream._STANDIN_C, encoding="utf-8")
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("PYTORCH_MPS_")},
         "INTELMAC_SANDBOX_SHIM": str(shim),
-        "INTELMAC_SANDBOX_MAC": json.dumps(upstream_check.FAKE_MACS["mac-mini-2018"]),
+        "INTELMAC_SANDBOX_MAC": json.dumps(check_upstream.FAKE_MACS["mac-mini-2018"]),
         ALLOW_ENV: "maybe",
     }
     done = subprocess.run(
@@ -99,7 +99,7 @@ def test_the_layer_over_real_torch_ops(shim: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     get, before, allow, reason, after, disallow, get_again = json.loads(done.stdout)
-    intel = upstream_check.UHD630["name"]
+    intel = check_upstream.UHD630["name"]
 
     assert get["value"] is False
     assert len(get["warnings"]) == 1 and f"{ALLOW_ENV}='maybe'" in get["warnings"][0], get

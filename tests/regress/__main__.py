@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="device under test (default: mps when available, else cuda, xpu, cpu)",
     )
-    p.add_argument("--out", type=Path, default=Path("reports/regress"), help="report folder")
+    p.add_argument("--out", type=Path, default=Path("reports/regress"), help="folder for the JSON and Markdown reports (default: reports/regress)")
     p.add_argument(
         "--quick",
         action="store_true",
@@ -73,9 +73,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="OP",
         help="only these OpInfo names (e.g. mm nn.functional.conv1d)",
     )
-    p.add_argument("--dtypes", nargs="+", default=None, choices=list(_parity.DTYPE_NAMES.values()))
+    p.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=None,
+        choices=list(_parity.DTYPE_NAMES.values()),
+        help="dtypes to compare (default: float32 float16 bfloat16; float32 float16 with --quick)",
+    )
     p.add_argument("--samples", type=int, default=None, help="OpInfo samples per op and dtype")
-    p.add_argument("--train-steps", type=int, default=None)
+    p.add_argument(
+        "--train-steps",
+        type=int,
+        default=None,
+        help="optimizer steps of each training smoke model (default: 20; 6 with --quick)",
+    )
     p.add_argument("--no-parity", action="store_true", help="skip the op parity checks")
     p.add_argument(
         "--no-vision",

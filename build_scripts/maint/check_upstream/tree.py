@@ -1,0 +1,89 @@
+"""Which upstream tree check-upstream was given, and which release line it holds."""
+
+from __future__ import annotations
+
+import email.parser
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from ...core import patching
+from ...core.errors import BuildError
+
+
+@dataclass(frozen=True)
+class UpstreamTree:
+    root: Path
+    kind: str  # "source" or "wheel"
+    raw_version: str  # as the tree states it, e.g. "2.6.0a0"
+
+    @property
+    def line(self) -> str:
+        return normalise_version(self.raw_version)
+
+    def describe(self) -> str:
+        what = "source tree" if self.kind == "source" else "unpacked wheel"
+        return f"{self.root} ({what}, torch {self.raw_version})"
+
+
+def normalise_version(raw: str) -> str:
+    """The X.Y.Z release line of a version string: ``2.6.0a0`` and ``2.9.1+cpu`` -> X.Y.Z."""
+    try:
+        version = Version(raw.strip())
+    except InvalidVersion:
+        raise BuildError(
+            f"'{raw}' is not a PyTorch version; pass the release line with --torch X.Y.Z"
+        ) from None
+    return f"{version.major}.{version.minor}.{version.micro}"
+
+
+def detect_tree(root: Path) -> UpstreamTree:
+    """Recognise an upstream source tree or an unpacked wheel, and its version."""
+    if not root.is_dir():
+        raise BuildError(
+            f"{root} is not a directory; give a PyTorch source tree or an unpacked torch wheel"
+        )
+    version_txt = root / "version.txt"
+    if version_txt.is_file():
+        return UpstreamTree(root, "source", version_txt.read_text(encoding="utf-8").strip())
+    dist_infos = sorted(root.glob("torch-*.dist-info"))
+    if (root / "torch").is_dir() and dist_infos:
+        metadata = dist_infos[0] / "METADATA"
+        if not metadata.is_file():
+            raise BuildError(f"{dist_infos[0]} has no METADATA: is the wheel fully unpacked?")
+        headers = email.parser.Parser().parsestr(
+            metadata.read_text(encoding="utf-8"), headersonly=True
+        )
+        version = headers.get("Version")
+        if not version:
+            raise BuildError(f"{metadata} names no Version")
+        return UpstreamTree(root, "wheel", version)
+    raise BuildError(
+        f"{root} is neither a PyTorch source tree (no version.txt) nor an unpacked torch wheel "
+        "(no torch/ beside a torch-*.dist-info/). Unpack a wheel with: python -m zipfile -e torch-*.whl DIR"
+    )
+
+
+def wheel_path(path: str) -> str | None:
+    """Where a file of the upstream source tree lives in an unpacked wheel (None: nowhere)."""
+    if path.endswith((".mm", ".cpp", ".cu", ".c", ".txt", ".cmake", ".bzl")):
+        return None
+    if path.startswith("aten/src/ATen/"):
+        return (
+            "torch/include/ATen/" + path[len("aten/src/ATen/") :] if path.endswith(".h") else None
+        )
+    if path.startswith("c10/") and path.endswith(".h"):
+        return "torch/include/" + path
+    if path.startswith("torch/csrc/") and path.endswith(".h"):
+        return "torch/include/" + path
+    if path.endswith(".pyi.in"):
+        # The wheel ships the stub generated from it; the hand-written part is verbatim.
+        return path[: -len(".in")]
+    if path.startswith("torch/"):
+        return path
+    return None  # cmake/, tools/, setup.py, ...: build inputs a wheel does not carry
+
+
+def path_map_for(tree: UpstreamTree) -> patching.PathMap:
+    return (lambda path: path) if tree.kind == "source" else wheel_path

@@ -1,0 +1,128 @@
+"""What the project tells users: install instructions name only our index, with the exact pin,
+no registry host is named anywhere, and the README's layout section matches the folders.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from intelmac_torch_builder.ci import publish_index
+
+REPO = Path(__file__).resolve().parents[2]
+# Spelt in pieces so that this file does not name them either.
+REGISTRY_HOSTS = ("pypi" + ".org", "files." + "pythonhosted" + ".org", "download." + "pytorch" + ".org")
+# Our index, as the instructions write it: the Pages site, the page itself, or the local one.
+OUR_INDEXES = re.compile(
+    r"^(https://<owner>\.github\.io/<repo>/simple|<site>/simple|file://\$PWD/wheels/simple)$"
+)
+PIN = re.compile(r"^torch==[^\s]+\+intelmac$")
+
+
+def _tracked_files() -> list[Path]:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return [REPO / name for name in listed if (REPO / name).is_file()]
+
+
+def test_no_file_names_a_registry_host() -> None:
+    named = []
+    for path in _tracked_files():
+        try:
+            text = path.read_text(encoding="utf-8").lower()
+        except UnicodeDecodeError:
+            continue  # images
+        named += [f"{path.relative_to(REPO)}: {host}" for host in REGISTRY_HOSTS if host in text]
+    assert not named, "registry hosts named:\n" + "\n".join(named)
+
+
+def _instructions() -> dict[str, str]:
+    """Every text that tells a user how to install: docs, comments, the index pages."""
+    files = [REPO / "README.md", REPO / "Makefile", REPO / "wheels" / "README.md",
+             REPO / "wheels" / ".gitignore", REPO / "patches" / "README.md",
+             *sorted((REPO / "docs").glob("*.md"))]  # fmt: skip
+    texts = {str(path.relative_to(REPO)): path.read_text(encoding="utf-8") for path in files}
+    index_stage = REPO / "build_scripts" / "stages" / "index.py"
+    texts["stages/index.py docstring"] = ast.get_docstring(ast.parse(index_stage.read_text())) or ""
+    page = publish_index.landing_page(["2.14.1+intelmac"])
+    texts["published index page"] = html.unescape(re.sub(r"<[^>]+>", " ", page))
+    return texts
+
+
+def _index_then_requirement(text: str) -> list[tuple[str, str]]:
+    """(index URL, the torch requirement that follows it) for every --extra-index-url."""
+    words = [word.strip("`'\"\\#.,;:()") for word in text.split()]
+    found = []
+    for position, word in enumerate(words):
+        if word == "--extra-index-url":
+            url = words[position + 1] if position + 1 < len(words) else ""
+            requirement = next((w for w in words[position + 2:] if w.startswith("torch")), "")
+            found.append((url, requirement))
+    return found
+
+
+def test_install_instructions_name_only_our_index_with_an_exact_pin() -> None:
+    checked = 0
+    for name, text in _instructions().items():
+        plain = re.findall(r"(?<![-\w])--index-url\s+\S+", text)
+        assert not plain, f"{name}: {plain}: use --extra-index-url <ours> with an exact pin"
+        for url, requirement in _index_then_requirement(text):
+            assert OUR_INDEXES.match(url), f"{name}: --extra-index-url {url} is not our index"
+            assert PIN.match(requirement), f"{name}: {url} is followed by {requirement!r}, not torch==X+intelmac"
+            checked += 1
+    assert checked >= 5, "the instructions were not found; the reader is broken"
+
+
+def _layout_block() -> list[str]:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Repository layout", 1)[1]
+    return section.split("```", 2)[1].splitlines()[1:]
+
+
+def _layout_entries() -> list[str]:
+    """The paths the README's layout block lists, nested ones joined to their folder."""
+    entries: list[str] = []
+    parents: list[tuple[int, str]] = []
+    for line in _layout_block():
+        indent = len(line) - len(line.lstrip())
+        name = line.split()[0] if line.strip() else ""
+        if not name or indent > 8 or not (name.endswith("/") or "." in name):
+            continue  # a description's continuation line
+        while parents and parents[-1][0] >= indent:
+            parents.pop()
+        path = "".join(parent for _, parent in parents) + name
+        entries.append(path)
+        if name.endswith("/"):
+            parents.append((indent, name))
+    return entries
+
+
+def test_readme_layout_lists_only_what_exists() -> None:
+    entries = _layout_entries()
+    assert "build_scripts/stages/" in entries
+    missing = [entry for entry in entries if not (REPO / entry).exists()]
+    assert not missing, f"README's layout names {missing}, which do not exist"
+
+
+def test_readme_layout_lists_every_folder_of_the_code() -> None:
+    entries = set(_layout_entries())
+    folders = {f"{path.name}/" for path in REPO.iterdir() if path.is_dir() and path.name in
+               ("patches", "build_scripts", "wheels", "ci", "tests", "docs", ".github")}
+    folders |= {
+        f"{path.relative_to(REPO)}/"
+        for path in (REPO / "build_scripts").rglob("*")
+        if path.is_dir() and path.name != "__pycache__"
+    }
+    unlisted = sorted(
+        folder for folder in folders if not any(entry.startswith(folder) for entry in entries)
+    )
+    assert not unlisted, f"README's layout does not show {unlisted}"
