@@ -1,5 +1,6 @@
 # Two commands set everything up on a fresh machine:
-#   make build   patched PyTorch wheel for the catalog's default line and this host's Python
+#   make build   patched PyTorch wheel for the catalog's default line and this host's Python,
+#                then its torchvision built against it (TORCH_ONLY=1: torch alone)
 #   make test    the project's own test suite (hermetic: no network beyond 127.0.0.1)
 # Each bootstraps the virtual environment it needs from pyproject.toml.
 
@@ -12,6 +13,8 @@ VERSION ?=
 PYTHON  ?=
 SOURCE  ?=
 SHA256  ?=
+# Non-empty: build torch alone, without the line's torchvision companion.
+TORCH_ONLY ?=
 # OpenMP to build with and bundle (--libomp): one built for the line's deployment target.
 LIBOMP  ?=
 BUILD_ARGS ?=
@@ -31,7 +34,8 @@ TAG ?=
 .PHONY: help build test regress bench check-upstream ci-plan lint clean
 
 help:
-	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix]"
+	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
+	@echo "                             torch, then its torchvision (TORCH_ONLY=1: torch alone)"
 	@echo "make test                    run the project's tests"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
@@ -51,7 +55,7 @@ $(TORCH_STAMP): $(VENV)/.stamp
 
 BUILD_FLAGS = $(strip $(if $(VERSION),--torch $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
   $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) \
-  $(if $(LIBOMP),--libomp $(LIBOMP)) $(BUILD_ARGS))
+  $(if $(LIBOMP),--libomp $(LIBOMP)) $(if $(TORCH_ONLY),--torch-only) $(BUILD_ARGS))
 
 # Exit status of `make build` (GNU make itself exits only 0 or 2):
 #   0  done: the wheels are built (or were up to date); or, on a host that cannot compile, the

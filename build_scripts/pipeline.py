@@ -2,6 +2,9 @@
 
     source -> patches -> build -> repair/verify -> wheels index
 
+then the same stages again for the line's companion (torchvision), built against the torch
+wheel just verified and indexed beside it (``--torch-only`` skips it).
+
 A target whose verified wheels are already in the index with matching build information
 returns at once, before any lock, download or hashing of the source. On a host that cannot
 compile, the run fetches and patches, then stops with exit code 3 and says what is left.
@@ -18,29 +21,46 @@ from .core._log import Log, elapsed
 from .core._plan import render
 from .core._stage import line_lock
 from .core.errors import BuildError, UnsupportedHostError
-from .core.options import ALL_GROUPS, DIST_NAME, Options, add_arguments, resolve
+from .core.options import ALL_GROUPS, Options, add_arguments, resolve
 from .stages import build as build_stage
 from .stages import index as index_stage
 from .stages import patch as patch_stage
 from .stages import repair, source, verify
 
 
+def targets(options: Options) -> list[Options]:
+    """What ``all`` builds, in order: torch, then its companion unless --torch-only."""
+    if options.companion_of is not None:  # --companion: that one alone
+        return [options]
+    companion = options.companion() if options.build_companions else None
+    return [options] + ([companion] if companion is not None else [])
+
+
 def dry_run(options: Options) -> str:
     host = host_mod.probe()
-    return render(
-        [
-            source.plan(options),
-            patch_stage.plan(options),
-            build_stage.plan(options, host),
-            repair.plan(options),
-            verify.plan(options),
-            index_stage.plan(options),
-        ]
-    )
+    out = []
+    for target in targets(options):
+        header = f"#### {target.line.title} -> {target.line.name}=={target.wheel_version}"
+        if target.companion_of is not None:
+            header += f" (companion, built against torch=={target.companion_of.wheel_version})"
+        out.append(header + "\n")
+        out.append(
+            render(
+                [
+                    source.plan(target),
+                    patch_stage.plan(target),
+                    build_stage.plan(target, host),
+                    repair.plan(target),
+                    verify.plan(target),
+                    index_stage.plan(target),
+                ]
+            )
+        )
+    return "\n".join(out)
 
 
-def run_all(options: Options, log: Log) -> int:
-    started = time.monotonic()
+def _build_one(options: Options, log: Log) -> bool:
+    """Every stage for one target; False when it was already up to date."""
     pin = source.resolve_source(options).expected_sha256
     done = index_stage.up_to_date(options, pin)
     if done is not None:
@@ -48,7 +68,7 @@ def run_all(options: Options, log: Log) -> int:
         log.info(
             f"Up to date: {names} already verified in {options.wheels_dir / 'simple'}; nothing to do."
         )
-        return 0
+        return False
     host = host_mod.probe()
     with line_lock(options, log):
         source.fetch(options, log)
@@ -57,12 +77,21 @@ def run_all(options: Options, log: Log) -> int:
         repair.repair(options, log, host)
         verify.verify(options, log)
         index_stage.index(options, log)
+    return True
+
+
+def run_all(options: Options, log: Log) -> int:
+    started = time.monotonic()
+    built = [target for target in targets(options) if _build_one(target, log)]
+    if not built:
+        return 0
     log.step(f"done in {elapsed(time.monotonic() - started)}")
-    log.info(
-        f"{DIST_NAME} {options.wheel_version} for "
-        + ", ".join(python.tag for python in options.pythons)
-        + f" is in {options.wheels_dir / 'simple'}"
-    )
+    for target in built:
+        log.info(
+            f"{target.line.name} {target.wheel_version} for "
+            + ", ".join(python.tag for python in target.pythons)
+            + f" is in {target.wheels_dir / 'simple'}"
+        )
     return 0
 
 

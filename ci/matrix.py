@@ -7,8 +7,10 @@ torch line does not support can never appear.
 Kinds (one per consumer in the workflows):
 
 * ``build``  - one entry per torch line; the job builds all of the line's Pythons, the first
-  compiles everything and the rest reuse the build tree.
-* ``test``   - one entry per (line, Python) pair: install the wheel into a fresh venv.
+  compiles everything and the rest reuse the build tree, then the line's torchvision
+  companion against that torch (``make build`` builds both).
+* ``test``   - one entry per (line, Python) pair: install the wheel, and the companion's
+  wheel beside it, into a fresh venv.
 * ``verify`` - one entry per line: fetch the catalogued tarball and apply its series.
 * ``regress`` - one entry per line, on the self-hosted Intel Mac, newest Python of the line.
 """
@@ -70,7 +72,12 @@ def refuse_unpinned(catalog: Catalog, tag: str, versions: Sequence[str]) -> None
     Trust-on-first-use is fine for checking that patches apply and for trial builds
     (workflow_dispatch), not for what users install.
     """
-    unpinned = [v for v in versions if catalog.line(v).source.sha256 is None]
+    unpinned = []
+    for version in versions:
+        line = catalog.line(version)
+        unpinned += [version] if line.source.sha256 is None else []
+        if line.companion is not None and line.companion.source.sha256 is None:
+            unpinned.append(f"{version}'s {line.companion.title}")
     if unpinned:
         raise BuildError(
             f"{tag} would release {', '.join(unpinned)}, whose source tarball has no sha256 pin "
@@ -118,11 +125,28 @@ def _line_fields(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
         "platform_tag": platform_tag(line.macos_deployment_target),
         "mps_min_macos": line.mps_min_macos,
         "artifact": f"wheels-{line.version}",
+        **_companion_fields(catalog, line),
     }
 
 
+def _companion_fields(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
+    """The companion built with the line (empty strings for a line without one)."""
+    companion = line.companion
+    return {
+        "companion": companion.name if companion else "",
+        "companion_version": companion.version if companion else "",
+        "companion_wheel_version": catalog.wheel_version(companion) if companion else "",
+    }
+
+
+def _all_pinned(line: ReleaseLine) -> bool:
+    return line.source.sha256 is not None and (
+        line.companion is None or line.companion.source.sha256 is not None
+    )
+
+
 def build_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
-    pinned = line.source.sha256 is not None
+    pinned = _all_pinned(line)
     return {
         **_line_fields(catalog, line),
         # Only a workflow_dispatch trial build can reach an unpinned line (tags refuse it).

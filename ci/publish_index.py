@@ -26,18 +26,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from ..core import catalog as catalog_module
 from ..core import simple_index
 
 PROJECT = "torch"
+#: The projects a release carries: torch, and the torchvision built against it.
+PROJECTS = (PROJECT, "torchvision")
 #: The release tags ci/matrix.py accepts (kept in step with its LINE_TAG / ALL_TAG).
 TAG = re.compile(r"^(v\d+\.\d+\.\d+-[1-9]\d*|release-\d{8}(\.[1-9]\d*)?)$")
-#: A torch wheel file name: name-version[-build]-python-abi-platform.whl, no path parts.
-WHEEL = re.compile(r"^torch-(?P<version>[A-Za-z0-9.+!_]+)(-\d[A-Za-z0-9_.]*)?"
+#: A torch or torchvision wheel file name: name-version[-build]-python-abi-platform.whl.
+WHEEL = re.compile(r"^(?P<project>torch|torchvision)-(?P<version>[A-Za-z0-9.+!_]+)(-\d[A-Za-z0-9_.]*)?"
                    r"-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+\.whl$")
 SUMS_LINE = re.compile(r"^(?P<sha256>[0-9a-f]{64}) [ *](?P<name>\S+)$")
 
@@ -63,7 +66,8 @@ def read_sums(path: Path, tag: str) -> list[Entry]:
             raise IndexInputError(f"{path}:{number}: not a sha256sum line: {line!r}")
         name = match["name"]
         if not WHEEL.match(name):
-            raise IndexInputError(f"{path}:{number}: {name!r} is not a torch wheel file name")
+            raise IndexInputError(
+                f"{path}:{number}: {name!r} is not a torch or torchvision wheel file name")
         entries.append(Entry(filename=name, sha256=match["sha256"], tag=tag))
     return entries
 
@@ -99,19 +103,47 @@ def collect_entries(releases: Path) -> list[Entry]:
     return sorted(chosen.values(), key=lambda entry: entry.filename)
 
 
-def install_command(version: str) -> str:
-    """How a user installs ``version``: our index as an extra one, and the exact pin.
+def _project(filename: str) -> str:
+    match = WHEEL.match(filename)
+    assert match is not None  # read_sums admits only the names WHEEL matches
+    return match["project"]
+
+
+def _version(filename: str) -> str:
+    match = WHEEL.match(filename)
+    assert match is not None
+    return match["version"]
+
+
+def companion_versions(torch_versions: Sequence[str]) -> dict[str, str]:
+    """torch wheel version -> the wheel version of the torchvision the catalog pairs with it."""
+    catalog = catalog_module.load()
+    pairs = {}
+    for version in torch_versions:
+        base = version.split("+", 1)[0]
+        line = next((line for line in catalog.lines if line.version == base), None)
+        if line is not None and line.companion is not None:
+            pairs[version] = catalog.wheel_version(line.companion)
+    return pairs
+
+
+def install_command(version: str, vision: str | None = None) -> str:
+    """How a user installs ``version`` and its torchvision: our index as an extra one, and
+    the exact pins (uv takes the same arguments: ``uv pip install``).
 
     The pin is what makes pip take torch from this index: PyPI rejects local version labels
     such as +intelmac, so it never has a candidate, and the user's default index still
     supplies torch's dependencies.
     """
-    return f"pip install --extra-index-url <site>/simple {PROJECT}=={version}"
+    pins = f"{PROJECT}=={version}" + (f" torchvision=={vision}" if vision else "")
+    return f"pip install --extra-index-url <site>/simple {pins}"
 
 
-def landing_page(versions: Sequence[str]) -> str:
+def landing_page(versions: Sequence[str], vision: Mapping[str, str] | None = None) -> str:
+    """The front page: one install command per torch version, with its torchvision."""
+    pairs = vision or {}
     items = "".join(
-        f"      <li><code>{html.escape(install_command(version))}</code></li>\n"
+        f"      <li><code>{html.escape(install_command(version, pairs.get(version)))}</code></li>\n"
         for version in versions
     )
     return simple_index.page(
@@ -129,16 +161,24 @@ def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        project = scratch / "simple" / PROJECT
-        project.mkdir(parents=True)
-        files = [
-            (f"{base}/{quote(entry.tag)}/{quote(entry.filename)}", entry.filename, entry.sha256)
-            for entry in entries
-        ]
-        (project / "index.html").write_text(simple_index.project_page(PROJECT, files))
-        (scratch / "simple" / "index.html").write_text(simple_index.root_page([PROJECT]))
-        versions = sorted({WHEEL.match(entry.filename)["version"] for entry in entries})  # type: ignore[index]
-        (scratch / "index.html").write_text(landing_page(versions))
+        present: dict[str, list[str]] = {}
+        for name in PROJECTS:
+            mine = [entry for entry in entries if _project(entry.filename) == name]
+            if not mine:
+                continue
+            project = scratch / "simple" / name
+            project.mkdir(parents=True)
+            files = [
+                (f"{base}/{quote(entry.tag)}/{quote(entry.filename)}", entry.filename, entry.sha256)
+                for entry in mine
+            ]
+            (project / "index.html").write_text(simple_index.project_page(name, files))
+            present[name] = sorted({_version(entry.filename) for entry in mine})
+        (scratch / "simple" / "index.html").write_text(simple_index.root_page(list(present)))
+        torch_versions = present.get(PROJECT, [])
+        vision = set(present.get("torchvision", []))
+        pairs = {v: c for v, c in companion_versions(torch_versions).items() if c in vision}
+        (scratch / "index.html").write_text(landing_page(torch_versions, pairs))
         if out.exists():
             shutil.rmtree(out)
         scratch.rename(out)
@@ -199,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             entries = collect_entries(args.releases)
             write_site(entries, args.download_base, args.out)
-            print(f"wrote {args.out}/simple/{PROJECT}/index.html with {len(entries)} wheel(s)")
+            print(f"wrote {args.out}/simple/ with {len(entries)} wheel(s)")
     except IndexInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -2,6 +2,11 @@
 
     python ci/test_wheel.py --wheel-dir dist --expect-version 2.15.0+intelmac --expect-no-gpu
     python ci/test_wheel.py --wheel-dir dist --print-wheel     # the wheel for this Python
+    python ci/test_wheel.py --wheel-dir dist --companion-version 0.29.2+intelmac   # + torchvision
+
+With ``--companion-version``, the line's torchvision wheel is installed beside torch in the
+same ``pip install`` and ``ci/vision_checks.py`` runs too (``--vision-device mps`` adds the
+ops on the GPU against the CPU).
 
 Picks the wheel in ``--wheel-dir`` made for the running interpreter (``cpXY``), creates a
 venv with that interpreter, ``pip install``s the wheel (its dependencies come from the
@@ -22,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 CHECKS = Path(__file__).resolve().with_name("wheel_checks.py")
+VISION_CHECKS = Path(__file__).resolve().with_name("vision_checks.py")
 
 
 class WheelSelectionError(Exception):
@@ -32,18 +38,18 @@ def python_tag() -> str:
     return f"cp{sys.version_info[0]}{sys.version_info[1]}"
 
 
-def select_wheel(wheel_dir: Path, tag: str | None = None) -> Path:
-    """The one torch wheel for this interpreter: a ``cpXY`` wheel, else a pure ``py3`` one."""
+def select_wheel(wheel_dir: Path, tag: str | None = None, project: str = "torch") -> Path:
+    """The one ``project`` wheel for this interpreter: a ``cpXY`` wheel, else a pure ``py3`` one."""
     tag = tag or python_tag()
-    wheels = sorted(wheel_dir.glob("torch-*.whl"))
+    wheels = sorted(wheel_dir.glob(f"{project}-*.whl"))
     if not wheels:
-        raise WheelSelectionError(f"no torch-*.whl in {wheel_dir}")
+        raise WheelSelectionError(f"no {project}-*.whl in {wheel_dir}")
     exact = [wheel for wheel in wheels if re.search(rf"-{tag}-(?:{tag}|abi3|none)-", wheel.name)]
     candidates = exact or [wheel for wheel in wheels if "-py3-none-" in wheel.name]
     if len(candidates) != 1:
         found = ", ".join(wheel.name for wheel in wheels)
         raise WheelSelectionError(
-            f"expected exactly one torch wheel for {tag} in {wheel_dir}, "
+            f"expected exactly one {project} wheel for {tag} in {wheel_dir}, "
             f"found {len(candidates)} among: {found}")
     return candidates[0].resolve()
 
@@ -53,12 +59,12 @@ def run(command: Sequence[str]) -> None:
     subprocess.run(command, check=True)
 
 
-def install(wheel: Path, venv: Path, pip_args: Sequence[str]) -> Path:
-    """A fresh venv with the wheel installed; returns its Python."""
+def install(wheels: Sequence[Path], venv: Path, pip_args: Sequence[str]) -> Path:
+    """A fresh venv with the wheels installed together; returns its Python."""
     run([sys.executable, "-m", "venv", str(venv)])
     python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
     run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet",
-         *pip_args, str(wheel)])
+         *pip_args, *map(str, wheels)])
     return python
 
 
@@ -74,6 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="require MPS to be unusable (GitHub-hosted runners have no usable GPU)")
     parser.add_argument("--print-wheel", action="store_true",
                         help="print the path of the wheel for this Python and exit")
+    parser.add_argument("--project", default="torch", choices=("torch", "torchvision"),
+                        help="the wheel --print-wheel prints (default: torch)")
+    parser.add_argument("--companion-version",
+                        help="also install the torchvision wheel beside torch and check it "
+                        "(ci/vision_checks.py); its version, e.g. 0.29.1+intelmac. Empty: none")
+    parser.add_argument("--vision-device",
+                        help="with --companion-version: also run torchvision's ops on this "
+                        "device against the CPU (mps)")
     parser.add_argument("--only", choices=("api", "smoke"), action="append",
                         help="run only these check groups (default: all)")
     parser.add_argument("--pip-arg", action="append", default=[],
@@ -82,15 +96,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
+        if args.print_wheel:
+            print(select_wheel(args.wheel_dir, project=args.project))
+            return 0
         wheel = select_wheel(args.wheel_dir)
+        companion = (select_wheel(args.wheel_dir, project="torchvision")
+                     if args.companion_version else None)
     except WheelSelectionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.print_wheel:
-        print(wheel)
-        return 0
-    if args.expect_platform and not wheel.name.endswith(f"-{args.expect_platform}.whl"):
-        print(f"error: {wheel.name} is not tagged {args.expect_platform}. A bundled library "
+    for built in (wheel, companion):
+        if built is None or not args.expect_platform:
+            continue
+        if built.name.endswith(f"-{args.expect_platform}.whl"):
+            continue
+        print(f"error: {built.name} is not tagged {args.expect_platform}. A bundled library "
               "probably needs a newer macOS than the catalog's deployment target (delocate "
               "raises the tag to match); build it for that target.", file=sys.stderr)
         return 1
@@ -99,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     venv = args.keep_venv or scratch / "venv"  # type: ignore[operator]
     started = time.monotonic()
     try:
-        python = install(wheel, venv, args.pip_arg)
+        python = install([wheel, *([companion] if companion else [])], venv, args.pip_arg)
         command = [str(python), str(CHECKS)]
         if args.expect_version:
             command += ["--expect-version", args.expect_version]
@@ -110,6 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("+ " + " ".join(command), flush=True)
         # Run from the scratch folder so that no torch/ folder beside us can shadow the wheel.
         result = subprocess.run(command, cwd=venv.parent, check=False)
+        if companion is not None:
+            vision = [str(python), str(VISION_CHECKS), "--expect-version", args.companion_version]
+            if args.vision_device:
+                vision += ["--device", args.vision_device]
+            print("+ " + " ".join(vision), flush=True)
+            vision_result = subprocess.run(vision, cwd=venv.parent, check=False)
+            if result.returncode == 0:
+                result = vision_result
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -21,6 +21,7 @@ class Step:
     log_name: str | None = None  # the log file (under logs/) a command's output goes to
     path_prepend: Path | None = None  # a folder put first on PATH for this command
     action: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    env: Mapping[str, str] = field(default_factory=dict)  # this command's own, on the section's
 
     def render(self) -> list[str]:
         lines = [f"# {self.title}"]
@@ -28,12 +29,15 @@ class Step:
             command = " ".join(_shell_word(str(part)) for part in self.argv)
             if self.path_prepend is not None:
                 command = f'PATH={_shell_word(str(self.path_prepend))}:"$PATH" {command}'
+            if self.env:
+                assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+                command = f"env {assignments} {command}"
             lines.append(f"(cd {_shell_word(str(self.cwd))} && {command})" if self.cwd else command)
         return lines
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
-        """``base`` with this step's PATH change."""
-        env = dict(base)
+        """``base`` with this step's own variables and PATH change."""
+        env = {**base, **self.env}
         if self.path_prepend is not None:
             env["PATH"] = os.pathsep.join(
                 part for part in (str(self.path_prepend), env.get("PATH", "")) if part
@@ -80,9 +84,7 @@ class Section:
 
 #: The plan's first line. zsh, macOS's login shell, treats a pasted "# ..." line as a command
 #: unless interactive comments are on.
-PASTE_NOTE = (
-    "# Paste into bash, or into zsh after `setopt interactive_comments`; every command runs as shown."
-)
+PASTE_NOTE = "# Paste into bash, or into zsh after `setopt interactive_comments`; every command runs as shown."
 
 
 def render(sections: Sequence[Section]) -> str:

@@ -2,7 +2,9 @@
 
 ``patches/catalog.yaml`` lists every supported PyTorch release line: where its source comes
 from and its sha256 pin, the patch series in apply order, the Python versions, the macOS
-deployment target, the minimum macOS for MPS and the build environment overrides. It is
+deployment target, the minimum macOS for MPS and the build environment overrides. A line
+may name a companion (torchvision), built after torch against the torch wheel just built;
+the companion is a ``ReleaseLine`` too, so every stage handles it the same way. The file is
 parsed once into frozen dataclasses; every later stage reads typed values only.
 """
 
@@ -12,7 +14,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,13 @@ class Source:
         return self.url.rstrip("/").rsplit("/", 1)[-1]
 
 
+#: Where ``--source git`` clones each project from.
+GIT_REPOS = {
+    "torch": "https://github.com/pytorch/pytorch.git",
+    "torchvision": "https://github.com/pytorch/vision.git",
+}
+
+
 @dataclass(frozen=True)
 class ToolchainSpec:
     """The line's pinned build toolchain: the pin file and what it must pin."""
@@ -61,6 +70,26 @@ class ReleaseLine:
     build_env: Mapping[str, str]
     toolchain: ToolchainSpec | None  # None: no pinned toolchain (only fixtures lack one)
     macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
+    name: str = "torch"  # the distribution this line builds
+    # A torch line: the companion built after it. A companion: the torch version it pairs
+    # with, and why (pairs_with is None for a torch line).
+    companion: ReleaseLine | None = None
+    pairs_with: str | None = None
+    pair_evidence: str = ""
+
+    @property
+    def key(self) -> str:
+        """Names the line's work folder, lock and trust-on-first-use pin: ``2.6.0``, ``torchvision-0.21.0``."""
+        return self.version if self.name == "torch" else f"{self.name}-{self.version}"
+
+    @property
+    def title(self) -> str:
+        """How messages name it: ``PyTorch 2.6.0``, ``torchvision 0.21.0``."""
+        return f"PyTorch {self.version}" if self.name == "torch" else f"{self.name} {self.version}"
+
+    @property
+    def git_repo(self) -> str:
+        return GIT_REPOS[self.name]
 
     @property
     def pins(self) -> Path:
@@ -95,6 +124,9 @@ class Catalog:
     @property
     def versions(self) -> tuple[str, ...]:
         return tuple(line.version for line in self.lines)
+
+    def companions(self) -> tuple[ReleaseLine, ...]:
+        return tuple(line.companion for line in self.lines if line.companion is not None)
 
     def line(self, version: str | None = None) -> ReleaseLine:
         """The release line for ``version`` (the default line when None)."""
@@ -182,6 +214,31 @@ def _describe(path: Path, document: Any, error: jsonschema.ValidationError) -> s
     return f"{path}:{entry} field '{field}': {message}"
 
 
+def _companion(path: Path, where: str, line: ReleaseLine, raw: dict[str, Any]) -> ReleaseLine:
+    """The companion of ``line``: same Pythons and macOS targets, its own source and series."""
+    patches = tuple(path.parent / name for name in raw["patches"])
+    for name, patch in zip(raw["patches"], patches):
+        if not patch.is_file():
+            raise CatalogError(
+                f"{where}, field 'companion.patches': {name} does not exist in {path.parent}"
+            )
+    return ReleaseLine(
+        version=raw["version"],
+        source=Source(**raw["source"]),
+        patches=patches,
+        python=line.python,
+        macos_deployment_target=line.macos_deployment_target,
+        mps_min_macos=line.mps_min_macos,
+        build_env=dict(raw["build_env"]),
+        # The line's pinned toolchain builds the companion too (setuptools, wheel, ninja).
+        toolchain=line.toolchain,
+        macos_sdk_min=line.macos_sdk_min,
+        name=raw["name"],
+        pairs_with=line.version,
+        pair_evidence=raw["pair_evidence"],
+    )
+
+
 def parse(path: Path, document: Any) -> Catalog:
     """Validate ``document`` (the YAML of ``path``) and turn it into a Catalog."""
     validator = jsonschema.Draft202012Validator(_schema())
@@ -200,7 +257,9 @@ def parse(path: Path, document: Any) -> Catalog:
         patches = tuple(path.parent / name for name in raw["patches"])
         for name, patch in zip(raw["patches"], patches):
             if not patch.is_file():
-                raise CatalogError(f"{where}, field 'patches': {name} does not exist in {path.parent}")
+                raise CatalogError(
+                    f"{where}, field 'patches': {name} does not exist in {path.parent}"
+                )
         python = tuple(sorted(raw["python"], key=Version))
         spec = None
         if "toolchain" in raw:
@@ -211,20 +270,21 @@ def parse(path: Path, document: Any) -> Catalog:
                     f"exist in {path.parent}"
                 )
             spec = ToolchainSpec(pins, tuple(raw["toolchain"]["requires"]))
-        lines.append(
-            ReleaseLine(
-                version=raw["version"],
-                source=Source(**raw["source"]),
-                patches=patches,
-                python=python,
-                macos_deployment_target=raw["macos_deployment_target"],
-                mps_min_macos=raw["mps_min_macos"],
-                build_env=dict(raw["build_env"]),
-                toolchain=spec,
-                # MPS needs at least the SDK of the macOS it runs on.
-                macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
-            )
+        line = ReleaseLine(
+            version=raw["version"],
+            source=Source(**raw["source"]),
+            patches=patches,
+            python=python,
+            macos_deployment_target=raw["macos_deployment_target"],
+            mps_min_macos=raw["mps_min_macos"],
+            build_env=dict(raw["build_env"]),
+            toolchain=spec,
+            # MPS needs at least the SDK of the macOS it runs on.
+            macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
         )
+        if "companion" in raw:
+            line = replace(line, companion=_companion(path, where, line, raw["companion"]))
+        lines.append(line)
     catalog = Catalog(
         path=path,
         default_version=document["default_version"],

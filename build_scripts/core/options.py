@@ -7,6 +7,7 @@ the folders. Nothing after ``resolve`` looks at raw argv or environment strings.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import re
@@ -29,6 +30,9 @@ BUILDERS: tuple[Builder, ...] = ("pytorch-macos", "setuptools")
 #: The distribution name of every wheel this project builds (the fixture's too).
 DIST_NAME = "torch"
 
+#: The companions a catalog line may name (torchvision; torchaudio is not built).
+COMPANIONS = ("torchvision",)
+
 _X_Y = re.compile(r"^3\.\d+$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -49,10 +53,10 @@ class PythonTarget:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where a release line's work lives: ``<work-dir>/<version>/...``."""
+    """Where a release line's work lives: ``<work-dir>/<key>/...`` (``2.6.0``, ``torchvision-0.21.0``)."""
 
     work_dir: Path
-    version: str
+    version: str  # the line's key
 
     @property
     def root(self) -> Path:
@@ -118,6 +122,10 @@ class Options:
     cache_dir: Path
     wheels_dir: Path
     fetch: FetchSettings
+    build_companions: bool = True  # False: --torch-only
+    # Set on a companion's options (``line`` is then the companion): the torch build it
+    # is built against.
+    companion_of: Options | None = None
 
     @property
     def wheel_version(self) -> str:
@@ -125,7 +133,15 @@ class Options:
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.work_dir, self.line.version)
+        return Layout(self.work_dir, self.line.key)
+
+    def companion(self, source: str | None = None, sha256: str | None = None) -> Options | None:
+        """The options of this torch line's companion build, or None when it has none."""
+        if self.line.companion is None or self.companion_of is not None:
+            return None
+        return dataclasses.replace(
+            self, line=self.line.companion, source=source, sha256=sha256, companion_of=self
+        )
 
     def libomp_prefix(self, host_prefix: Path | None) -> Path | None:
         return self.libomp or host_prefix
@@ -134,8 +150,11 @@ class Options:
 #: Option groups a subcommand may take on top of the ones every stage takes (--torch,
 #: --catalog, --work-dir, --dry-run, --no-wait). Each subcommand shows and accepts only the
 #: groups it reads, so `index --help` offers nothing about downloads or compilers.
-OptionGroup = Literal["python", "builder", "libomp", "source", "wheels"]
-ALL_GROUPS: tuple[OptionGroup, ...] = ("python", "builder", "libomp", "source", "wheels")
+OptionGroup = Literal["python", "builder", "libomp", "source", "wheels", "torch_only"]
+ALL_GROUPS: tuple[OptionGroup, ...] = (
+    "python", "builder", "libomp", "source", "wheels", "torch_only",
+)  # fmt: skip
+
 
 def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ...]) -> None:
     """The options of a stage subcommand: the ones every stage takes, then ``groups``."""
@@ -152,6 +171,18 @@ def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ..
         metavar="PATH",
         help="release catalog to read (default: the catalog shipped with this tool)",
     )
+    group.add_argument(
+        "--companion",
+        choices=COMPANIONS,
+        help="work on the line's companion (built against the line's torch wheel) instead of "
+        "torch; --source and --sha256 then describe the companion's source",
+    )
+    if "torch_only" in groups:
+        group.add_argument(
+            "--torch-only",
+            action="store_true",
+            help="build torch alone, without the line's torchvision (make build TORCH_ONLY=1)",
+        )
     if "python" in groups:
         group.add_argument(
             "--python",
@@ -186,9 +217,7 @@ def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ..
             metavar="URL|git|git+REPO|PATH",
             help="where the upstream source comes from (default: the catalog's release tarball)",
         )
-        group.add_argument(
-            "--sha256", metavar="HEX", help="expected sha256 of the source tarball"
-        )
+        group.add_argument("--sha256", metavar="HEX", help="expected sha256 of the source tarball")
         group.add_argument(
             "--trust-on-first-use",
             action="store_true",
@@ -331,12 +360,14 @@ def resolve(args: argparse.Namespace) -> Options:
     else:
         pythons = _resolve_pythons(line, list(values["python"]) or [None])
     libomp = values["libomp"]
-    return Options(
+    companion = values["companion"]
+    sha256 = _check_sha256(values["sha256"])
+    options = Options(
         catalog=catalog,
         line=line,
         pythons=pythons,
-        source=values["source"],
-        sha256=_check_sha256(values["sha256"]),
+        source=None if companion else values["source"],
+        sha256=None if companion else sha256,
         trust_on_first_use=values["trust_on_first_use"],
         dry_run=values["dry_run"],
         builder=values["builder"],
@@ -350,4 +381,15 @@ def resolve(args: argparse.Namespace) -> Options:
             timeout=values["timeout"],
             backoff=max(0.0, values["backoff"]),
         ),
+        build_companions=not values["torch_only"],
     )
+    if not companion:
+        return options
+    chosen = options.companion(values["source"], sha256)
+    if chosen is None or chosen.line.name != companion:
+        raise BuildError(
+            f"PyTorch {line.version} has no {companion} companion in the catalog "
+            f"({catalog.path}). Lines with one: "
+            + ", ".join(c.pairs_with or "" for c in catalog.companions() if c.name == companion)
+        )
+    return chosen

@@ -19,17 +19,18 @@ import argparse
 import functools
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from ..core import _fsutil, _stage, buildinfo, preflight, toolchain
+from ..core import _fsutil, _stage, buildinfo, companion, preflight, toolchain
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
 from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget
-from ..core.records import BUILT, SERIES_MARKER, SourceRecord, read_series_marker
-from ..platforms import macos
+from ..core.records import BUILT, SERIES_MARKER, SourceRecord, read_series_marker, verified_record
+from ..platforms import macos, torchvision
 
 #: How the build stage re-applies the series to a stale tree: the patch stage's run, passed
 #: in by whoever runs the stages (``pipeline``), so that this stage imports no other.
@@ -50,11 +51,12 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
     layout = options.layout
     marker = read_series_marker(layout.patched_tree) or {}
     source = SourceRecord.load(layout.source_record)
-    interpreter = (
-        str(macos.venv_python(options, python))
-        if options.builder == "pytorch-macos"
-        else python.executable
-    )
+    if options.builder != "pytorch-macos":
+        interpreter = python.executable
+    elif options.companion_of is not None:
+        interpreter = str(torchvision.venv_python(options, python))
+    else:
+        interpreter = str(macos.venv_python(options, python))
     record: dict[str, Any] = {
         "wheel": str(wheels[0]),
         "python": python.version,
@@ -74,6 +76,12 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
         "build_requirements": _build_requirements(options, python),
         "built_at": buildinfo.now(),
     }
+    if options.companion_of is not None:
+        torch_wheel = torch_wheel_for(options, python)
+        record["built_against"] = {
+            "wheel": torch_wheel.name,
+            "sha256": _fsutil.sha256_file(torch_wheel),
+        }
     _fsutil.write_json_atomic(layout.dist(python) / BUILT, record)
 
 
@@ -112,6 +120,25 @@ def current_tree(options: Options, log: Log, repatch: Repatch) -> None:
         repatch(options, log)
 
 
+def _torch_record(options: Options, python: PythonTarget) -> dict[str, Any]:
+    return verified_record(companion.torch_options(options), python)
+
+
+def torch_wheel_for(options: Options, python: PythonTarget, planning: bool = False) -> Path:
+    """The verified torch wheel a companion builds against (a placeholder when planning)."""
+    try:
+        return Path(_torch_record(options, python)["wheel"])
+    except BuildError:
+        if not planning:
+            raise
+    torch = companion.torch_options(options)
+    return (
+        torch.layout.dist(python)
+        / "repaired"
+        / f"torch-{torch.wheel_version}-{python.tag}-<platform>.whl"
+    )
+
+
 def _generic_steps(options: Options, index: int) -> list[Step]:
     python = options.pythons[index]
     tree = options.layout.patched_tree
@@ -138,6 +165,21 @@ def _generic_steps(options: Options, index: int) -> list[Step]:
     return steps
 
 
+def _companion_steps(options: Options, index: int) -> list[Step]:
+    python = options.pythons[index]
+    steps = []
+    if index > 0 and options.builder != "pytorch-macos":
+        tree = options.layout.patched_tree
+        steps.append(
+            Step(
+                "remove setuptools' build/ left by the previous interpreter",
+                action=lambda: shutil.rmtree(tree / "build", ignore_errors=True),
+            )
+        )
+    wheel = torch_wheel_for(options, python, planning=True)
+    return steps + torchvision.python_steps(options, python, wheel)
+
+
 def plan(options: Options, host: Host) -> Section:
     layout = options.layout
     steps: list[Step] = []
@@ -148,7 +190,9 @@ def plan(options: Options, host: Host) -> Section:
                 action=functools.partial(_empty_raw, options, python),
             )
         )
-        if options.builder == "pytorch-macos":
+        if options.companion_of is not None:
+            steps += _companion_steps(options, index)
+        elif options.builder == "pytorch-macos":
             steps += macos.python_steps(options, index)
         else:
             steps += _generic_steps(options, index)
@@ -158,7 +202,14 @@ def plan(options: Options, host: Host) -> Section:
                 action=functools.partial(_record, options, host, python),
             )
         )
-    if options.builder == "pytorch-macos":
+    if options.companion_of is not None:
+        notes = torchvision.notes(options)
+        if options.builder == "pytorch-macos" and not host.is_macos:
+            notes.append(
+                f"this host is {host.system}: a real run stops before this stage with exit code 2"
+            )
+        env = torchvision.build_env(options, host)
+    elif options.builder == "pytorch-macos":
         notes = macos.notes(options, host) + macos.toolchain_notes(options)
         if not host.is_macos:
             notes.append(
@@ -194,8 +245,9 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         )
     else:
         done = f"Nothing is patched yet in {layout.root}.\n"
+    torch_version = (options.companion_of or options).line.version
     return (
-        f"Compiling PyTorch {options.line.version} needs macOS: the MPS backend is built "
+        f"Compiling {options.line.title} needs macOS: the MPS backend is built "
         f"against Apple's Metal frameworks, which ship only with Xcode. This host is {host.description}.\n"
         + done
         + "To finish, on an Intel Mac (native x86_64; an Apple-silicon Mac can cross-build, best "
@@ -203,11 +255,24 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         f"libomp built for macOS {options.line.macos_deployment_target} or older (`--libomp`) "
         "and ccache:\n"
         "  git clone <this repository> && cd <it>\n"
-        f"  make build VERSION={options.line.version} PYTHON='{pythons}'\n"
+        f"  make build VERSION={torch_version} PYTHON='{pythons}'\n"
         "See every command and variable it will use first with:\n"
-        f"  python -m intelmac_torch_builder build --dry-run --torch {options.line.version}"
+        f"  python -m intelmac_torch_builder build --dry-run --torch {torch_version}"
         + "".join(f" --python {python.version}" for python in options.pythons)
     )
+
+
+def _preflight_companion(options: Options) -> None:
+    for python in options.pythons:
+        if not python.found:
+            raise BuildError(
+                f"Python {python.version} is not on PATH (looked for {python.executable}); "
+                "install it or pass its path with --python."
+            )
+    if not (options.layout.patched_tree / "setup.py").is_file():
+        raise BuildError(
+            f"{options.layout.patched_tree} has no setup.py: run the patch stage first."
+        )
 
 
 def _preflight_generic(options: Options) -> None:
@@ -223,10 +288,15 @@ def _preflight_generic(options: Options) -> None:
 
 def build(options: Options, log: Log, host: Host | None = None, *, repatch: Repatch) -> None:
     host = host or host_mod.probe()
+    if options.companion_of is not None:
+        for python in options.pythons:
+            torch_wheel_for(options, python)  # says which stage to run when it is missing
     if options.builder == "pytorch-macos" and not host.is_macos:
         raise UnsupportedHostError(unsupported_host_message(options, host))
     current_tree(options, log, repatch)
-    if options.builder == "pytorch-macos":
+    if options.builder == "pytorch-macos" and options.companion_of is not None:
+        _preflight_companion(options)
+    elif options.builder == "pytorch-macos":
         macos.preflight(options, host)
     else:
         _preflight_generic(options)

@@ -23,8 +23,8 @@ from ..core._locks import held
 from ..core._log import Log
 from ..core._plan import Section, Step
 from ..core.errors import BuildError
-from ..core.options import DIST_NAME, Options
-from ..core.records import verified_record
+from ..core.options import Options, PythonTarget
+from ..core.records import VERIFIED, verified_record
 from ..core.simple_index import project_page, root_page
 
 BUILD_JSON = ".build.json"
@@ -98,9 +98,30 @@ def index(options: Options, log: Log) -> list[Path]:
     log.info(f"{wheels_dir / 'simple'}: {total} wheels in {len(projects)} project(s)")
     log.info(
         "Install with:\n  python -m pip install --extra-index-url "
-        f"{(wheels_dir / 'simple').as_uri()} {DIST_NAME}=={options.wheel_version}"
+        f"{(wheels_dir / 'simple').as_uri()} {install_pins(options)}"
     )
     return added
+
+
+def install_pins(options: Options) -> str:
+    """The requirements that install this build (a companion with its torch), exactly pinned."""
+    torch = options.companion_of or options
+    pins = [f"torch=={torch.wheel_version}"]
+    if options.companion_of is not None:
+        pins.append(f"{options.line.name}=={options.wheel_version}")
+    return " ".join(pins)
+
+
+def _torch_built_against(options: Options, python: PythonTarget) -> str | None:
+    """For a companion: the sha256 of the torch wheel it must have been built against now.
+
+    A torch rebuilt since (a new series, a new source) makes the companion out of date.
+    """
+    if options.companion_of is None:
+        return None
+    record = _fsutil.read_json(options.companion_of.layout.dist(python) / VERIFIED)
+    sha = record.get("sha256") if isinstance(record, dict) else None
+    return str(sha) if sha else "no verified torch wheel"
 
 
 def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None:
@@ -112,7 +133,7 @@ def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None
     """
     if source_sha256 is None:
         return None
-    page = options.wheels_dir / "simple" / DIST_NAME / "index.html"
+    page = options.wheels_dir / "simple" / options.line.name / "index.html"
     try:
         listed = page.read_text(encoding="utf-8")
     except OSError:
@@ -127,12 +148,14 @@ def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None
     found: list[Path] = []
     candidates = indexed_wheels(options.wheels_dir)
     for python in options.pythons:
+        against = _torch_built_against(options, python)
         match = next(
             (
                 wheel
                 for wheel, meta in candidates
                 if meta.get("python") == python.version
                 and all(meta.get(key) == value for key, value in wanted.items())
+                and (against is None or (meta.get("built_against") or {}).get("sha256") == against)
                 and f"{quote(wheel.name)}#sha256={meta.get('wheel_sha256')}" in listed
                 and _fsutil.sha256_file(wheel) == meta.get("wheel_sha256")
             ),
@@ -151,7 +174,7 @@ def plan(options: Options) -> Section:
             f"copy verified wheels into {options.wheels_dir} with <wheel>{BUILD_JSON} beside each"
         ),
         Step(
-            f"rewrite {simple}/index.html and {simple}/torch/index.html (PEP 503, #sha256= fragments)"
+            f"rewrite {simple}/index.html and {simple}/{options.line.name}/index.html (PEP 503, #sha256= fragments)"
         ),
     ]
     return Section("index", (), {}, tuple(steps))

@@ -18,13 +18,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..core import _fsutil, _stage, buildinfo
+from ..core import _fsutil, _stage, buildinfo, companion
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
 from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
-from ..core.options import DIST_NAME, Options, PythonTarget
+from ..core.options import Options, PythonTarget
 from ..core.records import REPAIRED, built_record
 
 
@@ -32,7 +32,7 @@ def repaired_dir(options: Options, python: PythonTarget) -> Path:
     return options.layout.dist(python) / "repaired"
 
 
-def delocate_argv(wheel: Path, out_dir: Path) -> tuple[str, ...]:
+def delocate_argv(wheel: Path, out_dir: Path, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     beside = Path(sys.executable).parent / "delocate-wheel"
     tool = str(beside) if beside.exists() else "delocate-wheel"
     # --sanitize-rpaths (delocate 0.10.6+; later releases default to it, spelled out here):
@@ -43,11 +43,27 @@ def delocate_argv(wheel: Path, out_dir: Path) -> tuple[str, ...]:
         "--require-archs",
         "x86_64",
         "--sanitize-rpaths",
+        *extra,
         "-w",
         str(out_dir),
         "-v",
         str(wheel),
     )
+
+
+def delocate_extra(options: Options) -> tuple[str, ...]:
+    """A companion links torch's libraries, which the torch wheel installed beside it provides.
+
+    Bundling a second copy would load two libtorch's into one process, so they are excluded.
+    delocate resolves ``@rpath/libtorch*.dylib`` through ``@loader_path/../torch/lib``, which
+    does not exist inside the unpacked wheel, and stops on a missing dependency unless told
+    to go on; any other library left unresolved that way is still caught by verify (an
+    install name outside the wheel and the OS).
+    """
+    if options.companion_of is None:
+        return ()
+    excluded = [arg for name in companion.TORCH_LIBRARIES for arg in ("--exclude", name)]
+    return ("--ignore-missing-dependencies", *excluded)
 
 
 def delocate_env(options: Options) -> dict[str, str]:
@@ -87,6 +103,14 @@ def build_info(options: Options, record: dict[str, Any], repair_note: str) -> di
         "macos_deployment_target": options.line.macos_deployment_target,
         "mps_min_macos": options.line.mps_min_macos,
         "repair": repair_note,
+        **(
+            {
+                "built_against": record.get("built_against"),
+                "requires": companion.torch_requirement(options),
+            }
+            if options.companion_of is not None
+            else {}
+        ),
     }
 
 
@@ -105,7 +129,7 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                     f"--torch {options.line.version} --python {python.version}"
                 )
             log.run_logged(
-                delocate_argv(raw, Path(scratch)),
+                delocate_argv(raw, Path(scratch), delocate_extra(options)),
                 label=f"delocate {python.tag}",
                 log_file=options.layout.logs / f"repair-{python.tag}.log",
                 env=environment(delocate_env(options)),
@@ -146,13 +170,18 @@ def repair(options: Options, log: Log, host: Host | None = None) -> list[Path]:
 def plan(options: Options) -> Section:
     steps: list[Step] = []
     for python in options.pythons:
-        raw = options.layout.raw(python) / f"{DIST_NAME}-{options.wheel_version}-{python.tag}-*.whl"
+        # A companion's wheel may be tagged py3-none (torchvision 0.29.2's stable-ABI build).
+        tags = "" if options.companion_of is not None else f"{python.tag}-"
+        raw = (
+            options.layout.raw(python) / f"{options.line.name}-{options.wheel_version}-{tags}*.whl"
+        )
         out = repaired_dir(options, python)
         if options.builder == "pytorch-macos":
             steps.append(
                 Step(
-                    f"bundle libomp into the {python.tag} wheel, require x86_64",
-                    delocate_argv(raw, out),
+                    f"bundle non-system libraries into the {python.tag} wheel, require x86_64"
+                    + (", leave torch's libraries out" if delocate_extra(options) else ""),
+                    delocate_argv(raw, out, delocate_extra(options)),
                 )
             )
         else:

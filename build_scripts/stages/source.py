@@ -48,7 +48,6 @@ from ..core.errors import BuildError
 from ..core.options import FetchSettings, Options
 from ..core.records import SourceKind, SourceRecord
 
-UPSTREAM_GIT = "https://github.com/pytorch/pytorch.git"
 # 404 is retried too: GitHub's release CDN has answered 404 for a few seconds after an
 # upload, and the issue asks for it. The final message says "not there" plainly.
 _RETRY_STATUS = {404, 408, 429, 500, 502, 503, 504}
@@ -135,10 +134,10 @@ def record_pin(catalog: Catalog, version: str, url: str, sha256: str, cache_dir:
 def _pin(options: Options) -> tuple[str | None, str]:
     """The sha256 the line's release tarball must have, and where that pin comes from."""
     catalog_pin = options.line.source.sha256
-    lock_pin = recorded_pin(options.catalog, options.line.version)
+    lock_pin = recorded_pin(options.catalog, options.line.key)
     if catalog_pin and lock_pin and catalog_pin != lock_pin:
         raise BuildError(
-            f"Two different sha256 pins for PyTorch {options.line.version}:\n"
+            f"Two different sha256 pins for {options.line.title}:\n"
             f"  catalog {options.catalog.path}: {catalog_pin} ({options.line.source.pin_origin})\n"
             f"  lock file {pins_file(options.catalog)}: {lock_pin} (trust on first use)\n"
             "The catalog's pin was published by others; delete the lock file's entry once you "
@@ -151,7 +150,7 @@ def _pin(options: Options) -> tuple[str | None, str]:
     )
     if options.sha256 and pin and options.sha256 != pin:
         raise BuildError(
-            f"--sha256 {options.sha256} contradicts the pin for PyTorch {options.line.version}: "
+            f"--sha256 {options.sha256} contradicts the pin for {options.line.title}: "
             f"{pin} ({origin})."
         )
     if options.sha256 and not pin:
@@ -166,7 +165,7 @@ def resolve_source(options: Options) -> ResolvedSource:
         pin, origin = _pin(options)
         return ResolvedSource("url", url, pin, origin)
     if spec == "git" or spec.startswith("git+"):
-        repo = UPSTREAM_GIT if spec == "git" else spec[len("git+") :]
+        repo = options.line.git_repo if spec == "git" else spec[len("git+") :]
         return ResolvedSource("git", repo, None, "git tag (not checksum-pinned)")
     path = Path(spec).expanduser().absolute()
     if path.is_dir():
@@ -196,6 +195,9 @@ def tarball_cache_path(options: Options, url: str) -> Path:
     name = (
         PurePosixPath(unquote(urlparse(url).path)).name or f"pytorch-v{options.line.version}.tar.gz"
     )
+    if not name.startswith(options.line.name.replace("torch", "pytorch", 1)):
+        # GitHub's tag archives are all called vX.Y.Z.tar.gz: name the project in the cache.
+        name = f"{options.line.name}-{name}"
     return options.cache_dir / "downloads" / name
 
 
@@ -372,7 +374,7 @@ def fetch_tarball(options: Options, source: ResolvedSource, log: Log) -> tuple[P
     expected = source.expected_sha256
     if expected is None and not options.trust_on_first_use:
         raise BuildError(
-            f"PyTorch {options.line.version} has no sha256 pin (catalog {options.catalog.path}, "
+            f"{options.line.title} has no sha256 pin (catalog {options.catalog.path}, "
             f"and nothing recorded in {pins_file(options.catalog)}).\n"
             "Add a published pin to the catalog, pass --sha256, or accept whatever the server "
             "sends this once with --trust-on-first-use (BUILD_ARGS=--trust-on-first-use)."
@@ -399,11 +401,11 @@ def fetch_tarball(options: Options, source: ResolvedSource, log: Log) -> tuple[P
     _cached_sha256(destination)
     if expected is None:
         lock = record_pin(
-            options.catalog, options.line.version, source.location, actual, options.cache_dir
+            options.catalog, options.line.key, source.location, actual, options.cache_dir
         )
         log.loud(
             "TRUST ON FIRST USE",
-            f"PyTorch {options.line.version}'s tarball was NOT checked against a published "
+            f"{options.line.title}'s tarball was NOT checked against a published "
             f"sha256.\nWhatever {source.location} sent is now pinned:\n  {actual}\n"
             f"recorded in {lock}. Later runs insist on this hash.\nCompare it with an "
             "independent source (conda-forge, Homebrew, a second download) before you "
@@ -569,14 +571,14 @@ def clone(repo: str, version: str, destination: Path, log: Log, log_file: Path) 
 def _check_version_file(tree: Path, version: str, log: Log) -> None:
     version_txt = tree / "version.txt"
     if not version_txt.is_file():
-        log.warning(f"{tree} has no version.txt; is it a PyTorch source tree?")
+        log.warning(f"{tree} has no version.txt; is it the upstream source tree?")
         return
     found = version_txt.read_text(encoding="utf-8").strip()
     if not found.startswith(version):
         log.loud(
             "VERSION MISMATCH",
             f"The source's version.txt says {found!r}, but the release line is {version}.\n"
-            "The wheel will still be labelled from the catalog (PYTORCH_BUILD_VERSION).",
+            "The wheel will still be labelled from the catalog.",
         )
 
 
@@ -585,7 +587,7 @@ def _check_version_file(tree: Path, version: str, log: Log) -> None:
 
 def fetch(options: Options, log: Log) -> SourceRecord:
     """Make ``<work>/<version>/source`` the pristine tree of the requested source."""
-    log.step(f"fetch: PyTorch {options.line.version}")
+    log.step(f"fetch: {options.line.title}")
     layout = options.layout
     source = resolve_source(options)
     previous = SourceRecord.load(layout.source_record)

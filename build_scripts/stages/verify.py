@@ -11,7 +11,10 @@ Checks (portable; they run on Linux too):
 - the patched code is present: every file the series creates or changes that lands in a
   wheel (Python modules, installed headers) is byte-identical to the patched tree's copy;
 - no binary looks for libraries on the build machine (Mach-O LC_RPATH / install names read
-  in pure Python; ELF RUNPATH via readelf), and Mach-O binaries carry x86_64.
+  in pure Python; ELF RUNPATH via readelf), and Mach-O binaries carry x86_64;
+- a companion (torchvision): METADATA requires exactly our torch (``torch==2.14.1+intelmac``),
+  its extension module holds the MPS kernels, and it links the libtorch of the torch
+  installed beside it (an rpath to ``@loader_path/../torch/lib``) instead of carrying its own.
 
 A pass writes ``verified.json`` (with the wheel's sha256) for the index stage; a failure
 removes it, so a wheel that failed never reaches the index.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -35,14 +39,15 @@ from email.parser import Parser
 from pathlib import Path
 from typing import IO, Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from ..core import _binaries, _fsutil, _stage, buildinfo, contract, patching
+from ..core import _binaries, _fsutil, _stage, buildinfo, companion, contract, patching
 from ..core._log import Log
 from ..core._plan import Section, Step
 from ..core.errors import BuildError
-from ..core.options import DIST_NAME, Options, PythonTarget
+from ..core.options import Options, PythonTarget
 from ..core.records import VERIFIED, SourceRecord, repaired_record
 
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
@@ -63,16 +68,40 @@ class Expectation:
     build_info: dict[str, Any]  # keys of INTELMAC_BUILD.json and the values they must have
     # Strings the compiled patches put into the native libraries; empty: not a PyTorch build.
     compiled_markers: tuple[str, ...] = ()
+    # A companion: its one torch requirement, the MPS kernels its extension must hold, and
+    # whether its Mach-O extension must link torch's libraries through torch's folder.
+    requires: str | None = None
+    mps_markers: tuple[str, ...] = ()
+    links_torch: bool = False
 
 
 def expectation(options: Options, python: PythonTarget, source: SourceRecord | None) -> Expectation:
-    tag = python.tag
     expected_info = {
         "upstream_version": options.line.version,
         "wheel_version": options.wheel_version,
         "series_fingerprint": options.line.series_fingerprint,
         "source_sha256": source.sha256 if source else None,
     }
+    if options.companion_of is not None:
+        expect = _torch_expectation(options, python, expected_info)
+        return dataclasses.replace(
+            expect,
+            # Upstream's 0.29.2 wheels are py3-none (stable ABI); earlier ones cpXY-cpXY.
+            python_tags=expect.python_tags | {"py3"},
+            abi_tags=expect.abi_tags | {"abi3"},
+            compiled_markers=(),
+            requires=companion.torch_requirement(options),
+            mps_markers=companion.MPS_MARKERS,
+            links_torch=options.builder == "pytorch-macos",
+        )
+    return _torch_expectation(options, python, expected_info)
+
+
+def _torch_expectation(
+    options: Options, python: PythonTarget, expected_info: dict[str, Any]
+) -> Expectation:
+    tag = python.tag
+    name = options.line.name
     if options.builder == "pytorch-macos":
         # setuptools names the platform from MACOSX_DEPLOYMENT_TARGET; a wheel tagged for a
         # newer macOS (delocate re-tags when a bundled library needs one) would not install
@@ -80,7 +109,7 @@ def expectation(options: Options, python: PythonTarget, source: SourceRecord | N
         major, _, minor = options.line.macos_deployment_target.partition(".")
         platform = re.compile(rf"^macosx_{major}_{minor or '0'}_x86_64$")
         return Expectation(
-            DIST_NAME, options.wheel_version, options.catalog.local_label,
+            name, options.wheel_version, options.catalog.local_label,
             frozenset({tag}), frozenset({tag, "none"}), platform, "x86_64", expected_info,
             # The policy header's option names end up in libtorch_cpu only if the patched
             # MPSDevice.mm was compiled in (a stale build tree would lack them).
@@ -89,7 +118,7 @@ def expectation(options: Options, python: PythonTarget, source: SourceRecord | N
     host_platform = re.sub(r"[-.]", "_", sysconfig.get_platform())
     major = python.version.split(".")[0]
     return Expectation(
-        DIST_NAME, options.wheel_version, options.catalog.local_label,
+        name, options.wheel_version, options.catalog.local_label,
         frozenset({tag, f"py{major}", f"py{python.version.replace('.', '')}"}),
         frozenset({tag, "none", "abi3"}),
         re.compile(rf"^(any|{re.escape(host_platform)})$"), None, expected_info,
@@ -332,21 +361,30 @@ def _contains(handle: IO[bytes], needles: list[bytes]) -> set[bytes]:
     return found
 
 
+def _missing_markers(
+    archive: zipfile.ZipFile, names: list[str], markers: tuple[str, ...]
+) -> list[str]:
+    """Which of ``markers`` none of the members ``names`` contains."""
+    needles = [marker.encode() for marker in markers]
+    found: set[bytes] = set()
+    for name in names:
+        with archive.open(name) as handle:
+            found |= _contains(handle, needles)
+    return [needle.decode() for needle in needles if needle not in found]
+
+
 def check_compiled_markers(archive: zipfile.ZipFile, markers: tuple[str, ...]) -> list[Finding]:
     """The compiled part of the series is in the native libraries (not just its sources)."""
     if not markers:
         return [Finding("compiled patch", True, "not a PyTorch build: nothing to look for")]
-    needles = [marker.encode() for marker in markers]
-    found: set[bytes] = set()
+    natives = []
     for info in archive.infolist():
         if info.is_dir() or info.file_size < 16:
             continue
         with archive.open(info) as handle:
-            if _binaries.kind(handle.read(8)) is None:
-                continue
-        with archive.open(info) as handle:
-            found |= _contains(handle, needles)
-    missing = [needle.decode() for needle in needles if needle not in found]
+            if _binaries.kind(handle.read(8)) is not None:
+                natives.append(info.filename)
+    missing = _missing_markers(archive, natives, markers)
     detail = (
         f"no native library contains {', '.join(missing)}: the patched MPSDevice.mm was not "
         "compiled in (a stale build tree?)"
@@ -354,6 +392,109 @@ def check_compiled_markers(archive: zipfile.ZipFile, markers: tuple[str, ...]) -
         else f"native libraries contain {', '.join(markers)}"
     )
     return [Finding("compiled patch", not missing, detail)]
+
+
+def check_torch_requirement(
+    archive: zipfile.ZipFile, dist_info: str, expect: Expectation
+) -> list[Finding]:
+    """A companion's METADATA requires exactly our torch, once, with no marker."""
+    if expect.requires is None:
+        return []
+    metadata = Parser().parsestr(archive.read(f"{dist_info}/METADATA").decode())
+    on_torch = []
+    for text in metadata.get_all("Requires-Dist") or []:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            return [Finding("requires torch", False, f"unreadable Requires-Dist {text!r}")]
+        if canonicalize_name(requirement.name) == "torch":
+            on_torch.append(requirement)
+    wanted = Requirement(expect.requires)
+    ok = (
+        len(on_torch) == 1
+        and on_torch[0].marker is None
+        and [(s.operator, s.version) for s in on_torch[0].specifier]
+        == [(s.operator, s.version) for s in wanted.specifier]
+    )
+    seen = ", ".join(str(r) for r in on_torch) or "no torch requirement"
+    hint = "" if ok else " (was PYTORCH_VERSION set to our torch's version at build time?)"
+    return [Finding("requires torch", ok, f"{seen} (expected {expect.requires}){hint}")]
+
+
+def _extension_modules(archive: zipfile.ZipFile) -> list[str]:
+    return sorted(
+        name
+        for name in archive.namelist()
+        if name.startswith(companion.EXTENSION_PREFIX) and name.endswith((".so", ".pyd"))
+    )
+
+
+def check_mps_kernels(archive: zipfile.ZipFile, markers: tuple[str, ...]) -> list[Finding]:
+    """The extension module holds every MPS op's kernels (FORCE_MPS took effect)."""
+    if not markers:
+        return []
+    modules = _extension_modules(archive)
+    if not modules:
+        return [Finding("MPS kernels", False, f"no {companion.EXTENSION_PREFIX}*.so in the wheel")]
+    missing = _missing_markers(archive, modules, markers)
+    detail = (
+        f"{', '.join(modules)} lacks {', '.join(missing)}: the MPS sources were not compiled "
+        "(build with FORCE_MPS=1)"
+        if missing
+        else f"{', '.join(modules)} holds {', '.join(companion.MPS_OPS)}"
+    )
+    return [Finding("MPS kernels", not missing, detail)]
+
+
+def check_torch_linkage(archive: zipfile.ZipFile, expect: Expectation) -> list[Finding]:
+    """A companion uses the libtorch of the torch beside it and carries no copy of its own."""
+    if expect.requires is None:
+        return []
+    copies = [
+        name
+        for name in archive.namelist()
+        if Path(name).name.startswith(companion.TORCH_LIBRARIES)
+        and (".dylib" in name or ".so" in name)
+    ]
+    problems = [f"{name}: a copy of torch's library" for name in copies]
+    linked: list[str] = []
+    if expect.links_torch:
+        with tempfile.TemporaryDirectory() as scratch:
+            for name in _extension_modules(archive):
+                local = Path(scratch) / "module"
+                local.write_bytes(archive.read(name))
+                try:
+                    slices = _binaries.read_macho(local)
+                except (_binaries.NotMachO, struct.error, OSError) as exc:
+                    problems.append(f"{name}: unreadable Mach-O: {exc}")
+                    continue
+                for piece in slices:
+                    torch_libs = [
+                        dylib
+                        for dylib in piece.dylibs
+                        if Path(dylib).name.startswith(companion.TORCH_LIBRARIES)
+                    ]
+                    if not torch_libs:
+                        problems.append(f"{name} [{piece.arch}]: links no libtorch")
+                    elif any(not dylib.startswith("@rpath/") for dylib in torch_libs):
+                        problems.append(
+                            f"{name} [{piece.arch}]: links {torch_libs}, not through @rpath"
+                        )
+                    elif companion.TORCH_LIB_RPATH not in piece.rpaths:
+                        problems.append(
+                            f"{name} [{piece.arch}]: no LC_RPATH {companion.TORCH_LIB_RPATH} "
+                            f"(has {piece.rpaths}): it cannot find the torch installed beside it"
+                        )
+                    else:
+                        linked.append(name)
+        if not linked and not problems:
+            problems.append("no extension module to check")
+    detail = "; ".join(problems) or (
+        f"{', '.join(sorted(set(linked)))} link torch's libraries through {companion.TORCH_LIB_RPATH}"
+        if linked
+        else "no copy of torch's libraries (linkage checked on macOS builds only)"
+    )
+    return [Finding("links our libtorch", not problems, detail)]
 
 
 def verify_wheel(
@@ -372,6 +513,9 @@ def verify_wheel(
             findings += check_patched_code(archive, tree, patches)
             findings += check_binaries(archive, expect.macho_arch)
             findings += check_compiled_markers(archive, expect.compiled_markers)
+            findings += check_torch_requirement(archive, dist_info, expect)
+            findings += check_mps_kernels(archive, expect.mps_markers)
+            findings += check_torch_linkage(archive, expect)
     except zipfile.BadZipFile as exc:
         findings.append(Finding("zip", False, f"not a readable wheel: {exc}"))
     return findings
@@ -416,10 +560,17 @@ def verify(options: Options, log: Log) -> list[Path]:
 
 
 def plan(options: Options) -> Section:
+    extra = (
+        f", requires exactly {companion.torch_requirement(options)}, MPS kernels in "
+        f"{companion.EXTENSION_PREFIX}*.so ({', '.join(companion.MPS_OPS)}), links our libtorch "
+        "with no copy of its own"
+        if options.companion_of is not None
+        else ""
+    )
     steps = [
         Step(
             f"check {python.tag}: filename tags and +{options.catalog.local_label}, METADATA, RECORD hashes, "
-            "build info, patched files present, no build-machine rpaths"
+            "build info, patched files present, no build-machine rpaths" + extra
         )
         for python in options.pythons
     ]

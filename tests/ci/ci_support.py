@@ -66,9 +66,10 @@ def edit_catalog(path: Path, edit: Any) -> None:
 def pin_everything(document: dict[str, Any]) -> None:
     """Give unpinned lines a stand-in sha256, so that release tags may select them."""
     for line in document["lines"]:
-        if line["source"]["sha256"] is None:
-            line["source"]["sha256"] = "0" * 64
-            line["source"]["pin_origin"] = "test stand-in"
+        for entry in (line, line.get("companion") or {}):
+            if entry and entry["source"]["sha256"] is None:
+                entry["source"]["sha256"] = "0" * 64
+                entry["source"]["pin_origin"] = "test stand-in"
 
 
 def pinned_catalog(tmp_path: Path) -> Path:

@@ -38,9 +38,10 @@ def test_line_tag_builds_one_line_with_all_its_pythons(catalog: catalog_module.C
     assert [run.name for run in tests] == [f"test {line.version} / Python {p}" for p in line.python]
     for run, python in zip(tests, line.python):
         target = line.macos_deployment_target.replace(".", "_")
+        assert line.companion is not None
         expected = ('python ci/test_wheel.py --wheel-dir dist --expect-version '
                     f'"{catalog.wheel_version(line)}" --expect-platform "macosx_{target}_x86_64" '
-                    '--expect-no-gpu')
+                    f'--expect-no-gpu --companion-version "{catalog.wheel_version(line.companion)}"')
         assert commands(run) == [expected]
         setup = next(step for step in run.steps if "setup-python" in (step.uses or ""))
         assert setup.with_ == {"python-version": python}

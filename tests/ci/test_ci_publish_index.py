@@ -110,8 +110,9 @@ def test_pip_refuses_a_wheel_that_does_not_match_the_index(tmp_path: Path, https
 
 @pytest.mark.parametrize(("tag", "line", "message"), [
     ("v2.15.0-1", "abc  torch-2.15.0+intelmac-py3-none-any.whl\n", "not a sha256sum line"),
-    ("v2.15.0-1", f"{'0' * 64}  ../../evil.whl\n", "not a torch wheel file name"),
-    ("v2.15.0-1", f"{'0' * 64}  numpy-2.0-py3-none-any.whl\n", "not a torch wheel file name"),
+    ("v2.15.0-1", f"{'0' * 64}  ../../evil.whl\n", "not a torch or torchvision wheel file name"),
+    ("v2.15.0-1", f"{'0' * 64}  numpy-2.0-py3-none-any.whl\n",
+     "not a torch or torchvision wheel file name"),
     ("../escape", f"{'0' * 64}  torch-2.15.0+intelmac-py3-none-any.whl\n", "not a release tag"),
 ])
 def test_bad_input_is_refused(tmp_path: Path, tag: str, line: str, message: str) -> None:
@@ -155,3 +156,30 @@ else:
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "r" / "ORDER").read_text() == "v2.15.0-1\nv2.15.0-2\n"
     assert (tmp_path / "r" / "v2.15.0-2" / "SHA256SUMS").read_text() == "sums of v2.15.0-2"
+
+
+def test_torchvision_wheels_get_their_own_page_beside_torch(tmp_path: Path,
+                                                            httpserver: HTTPServer) -> None:
+    # Stand-in for the torchvision wheel a release carries beside torch: only its name and
+    # bytes matter to the index.
+    assets = tmp_path / "assets" / "v2.14.1-1"
+    torch_wheel = build_fake_wheel(assets, version="2.14.1+intelmac")
+    vision = assets / "torchvision-0.29.1+intelmac-cp312-cp312-macosx_14_0_x86_64.whl"
+    vision.write_bytes(b"stand-in wheel bytes")
+    sums = tmp_path / "releases" / "v2.14.1-1"
+    sums.mkdir(parents=True)
+    (sums / "SHA256SUMS").write_text(sums_line(torch_wheel) + sums_line(vision))
+    result = publish(tmp_path / "releases", tmp_path / "site", httpserver.url_for("/download"))
+    assert result.returncode == 0, result.stderr
+    simple = tmp_path / "site" / "simple"
+    root = (simple / "index.html").read_text()
+    assert '<a href="torch/">torch</a>' in root and '<a href="torchvision/">torchvision</a>' in root
+    assert "torchvision" not in (simple / "torch" / "index.html").read_text()
+    page = (simple / "torchvision" / "index.html").read_text()
+    assert f"#sha256={hashlib.sha256(vision.read_bytes()).hexdigest()}" in page
+    front = (tmp_path / "site" / "index.html").read_text()
+    assert "torchvision==0.29.1+intelmac" in front and "--extra-index-url" in front
+    assert "--index-url" not in front.replace("--extra-index-url", "")  # only our index named
+    serve(httpserver, tmp_path / "site", tmp_path / "assets")
+    got = pip_download(httpserver.url_for("/simple"), tmp_path / "got", "torch==2.14.1+intelmac")
+    assert got.returncode == 0, got.stdout + got.stderr

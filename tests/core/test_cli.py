@@ -97,6 +97,9 @@ FIELDS = {
     "wheels_dir": {"wheels_dir"},
     "dry_run": {"dry_run"},
     "wait": {"wait"},
+    # --companion makes the line the torch line's companion and remembers the torch build.
+    "companion": {"line", "companion_of"},
+    "torch_only": {"build_companions"},
 }
 STAGE_COMMANDS = ("fetch", "patch", "build", "repair", "verify", "index", "all")
 

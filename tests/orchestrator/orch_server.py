@@ -15,6 +15,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote
 
 
 class FileServer:
@@ -35,6 +36,10 @@ class FileServer:
 
             def do_GET(self) -> None:
                 server._handle(self)
+
+            def do_HEAD(self) -> None:
+                # uv asks for a wheel's size and range support before reading it.
+                server._handle(self, head=True)
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request: object, client_address: object) -> None:
@@ -75,8 +80,9 @@ class FileServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
-        path = handler.path.split("?", 1)[0]
+    def _handle(self, handler: BaseHTTPRequestHandler, head: bool = False) -> None:
+        # Decoded as a static host does: an index links torch-2.6.0%2Bintelmac-....whl.
+        path = unquote(handler.path.split("?", 1)[0])
         range_header = handler.headers.get("Range")
         with self._lock:
             self.requests.append((path, range_header))
@@ -108,9 +114,14 @@ class FileServer:
         else:
             handler.send_response(200)
         handler.send_header("Content-Length", str(size - start))
+        if file.suffix == ".html":
+            # uv refuses an index page without a Content-Type; a static host sends this.
+            handler.send_header("Content-Type", "text/html; charset=utf-8")
         handler.send_header("ETag", etag)
         handler.send_header("Accept-Ranges", "bytes")
         handler.end_headers()
+        if head:
+            return
         limit = int(fault[1]) if fault and fault[0] == "cut" else None
         sent = 0
         with file.open("rb") as body:

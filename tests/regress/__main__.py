@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import _faults, _known, _memory, _ops, _parity, _patched, _report, _training
+from . import _faults, _known, _memory, _ops, _parity, _patched, _report, _training, _vision
 from ._device import (
     DEVICE_TYPES,
     describe,
@@ -88,6 +88,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="optimizer steps of each training smoke model (default: 20; 6 with --quick)",
     )
     p.add_argument("--no-parity", action="store_true", help="skip the op parity checks")
+    p.add_argument(
+        "--no-vision",
+        action="store_true",
+        help="skip torchvision's MPS ops (checked with the op parity when torchvision is installed)",
+    )
     p.add_argument("--no-training", action="store_true", help="skip the training smoke")
     p.add_argument("--no-patched", action="store_true", help="skip the patched-build checks")
     p.add_argument("--no-memory", action="store_true", help="skip the memory-path checks")
@@ -176,6 +181,8 @@ def _parity_group(args: argparse.Namespace, device: str) -> dict[str, Any]:
         for op in ops:
             for res in runner.run_op(op, _ops.FAMILY_OF[op], dtype):
                 results.append(res.as_dict())
+    if not args.no_vision:
+        results += [res.as_dict() for res in _vision.run(device, _planted(args))]
     return {"results": results, "dtype_notes": dtype_notes, "samples": samples}
 
 
