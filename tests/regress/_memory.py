@@ -110,10 +110,10 @@ def close(got: Any, want: torch.Tensor) -> str | None:
 
 
 def _copy_checks(device: str) -> Iterator[Check]:
+    slices = [(o, n) for o in OFFSETS for n in SIZES]  # the same for every dtype
     for name in COPY_DTYPES:
         dtype = DTYPES[name]
         base = _host(max(OFFSETS) + max(SIZES) + 8, dtype, 1)
-        slices = [(o, n) for o in OFFSETS for n in SIZES]
 
         def h2d(base: torch.Tensor = base) -> Pairs:
             # Host source at an unaligned offset and an odd size: MPS may wrap such host

@@ -7,6 +7,8 @@ are tested here against a well-behaved fake Mac (Mac mini 2018: UHD 630 only), a
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from typing import Any
 
 import pytest
@@ -157,3 +159,22 @@ def test_skip_reason_off_macos() -> None:
 
     if sys.platform != "darwin":
         assert "macOS" in (_patched.skip_reason() or "")
+
+
+def test_contract_loads_from_a_checkout_without_the_builder_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `python -m tests.regress` runs from a checkout in any environment with torch (a GPU
+    # machine, a Mac's own venv); the builder package need not be installed there.
+    from intelmac_torch_builder.core import contract as installed
+
+    for name in [n for n in sys.modules if n.partition(".")[0] == "intelmac_torch_builder"]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it now fails
+    spec = importlib.util.spec_from_file_location("_patched_uninstalled", _patched.__file__)
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, fresh)  # its dataclasses look it up
+    spec.loader.exec_module(fresh)
+    assert fresh.contract is not installed
+    assert fresh.ENV_ALLOW == installed.ALLOW_ENV
+    assert fresh.DEVICE_FIELDS == installed.DEVICE_INFO_FIELDS
