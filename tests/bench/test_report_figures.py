@@ -8,7 +8,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ pytest.importorskip("matplotlib")
 
 from tests.bench import _kernels, _peaks, _plot  # noqa: E402  (after importorskip)
 from tests.bench.__main__ import _percent  # noqa: E402
+from tests.bench.test_smoke import run_cpu_smoke  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,30 +56,10 @@ def test_point5_h100_variants_and_references() -> None:
 
 @pytest.mark.slow
 def test_point7_tf32_switch_is_applied_and_recorded(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.bench",
-            "--device",
-            "cpu",
-            "--smoke",
-            "--no-cpu",
-            "--only",
-            "matmul_NN_64",
-            "--budget",
-            "0.02",
-            "--float32-matmul-precision",
-            "high",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = run_cpu_smoke(
+        tmp_path, "--no-cpu", "--only", "matmul_NN_64", "--float32-matmul-precision", "high",
+        budget="0.02",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["options"]["float32_matmul_precision"] == "high"

@@ -19,27 +19,22 @@ from tests.bench.__main__ import speedups  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_cpu_smoke_run(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.bench",
-            "--device",
-            "cpu",
-            "--smoke",
-            "--out",
-            str(tmp_path),
-            "--budget",
-            "0.05",
-        ],
+def run_cpu_smoke(out: Path, *args: str, budget: str = "0.05") -> subprocess.CompletedProcess[str]:
+    """``python -m tests.bench`` on the CPU in smoke mode, reports into ``out``."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.bench", "--device", "cpu", "--smoke", *args,
+         "--budget", budget, "--out", str(out)],  # fmt: skip
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+
+
+@pytest.mark.slow
+def test_cpu_smoke_run(tmp_path: Path) -> None:
+    proc = run_cpu_smoke(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "bench.json").read_text())
     groups = {k["group"] for k in report["kernels"]}

@@ -272,14 +272,8 @@ class Sandbox:
         has_mps: bool = True,
     ) -> list[ProbeRecord]:
         """Run ``steps`` in a fresh interpreter on the pretend Mac ``mac``."""
-        result = subprocess.run(
-            [self.python, str(self.root / "intelmac_probe.py"), json.dumps(list(steps))],
-            cwd=self.root,
-            env=self.environment(mac, env or {}, has_mps),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        result = self._run(
+            [str(self.root / "intelmac_probe.py"), json.dumps(list(steps))], mac, env, has_mps
         )
         if result.returncode != 0:
             raise ScenarioFailure(
@@ -310,8 +304,14 @@ class Sandbox:
         has_mps: bool = True,
     ) -> subprocess.CompletedProcess[str]:
         """``python -m torch.backends.mps ARGS`` on the pretend Mac ``mac``."""
+        return self._run(["-m", "torch.backends.mps", *args], mac, env, has_mps)
+
+    def _run(
+        self, args: Sequence[str], mac: str, env: Mapping[str, str] | None, has_mps: bool
+    ) -> subprocess.CompletedProcess[str]:
+        """The sandbox's Python with ``args``, on the pretend Mac ``mac``."""
         return subprocess.run(
-            [self.python, "-m", "torch.backends.mps", *args],
+            [self.python, *args],
             cwd=self.root,
             env=self.environment(mac, env or {}, has_mps),
             capture_output=True,
