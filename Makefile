@@ -19,24 +19,34 @@ TORCH_ONLY ?=
 LIBOMP  ?=
 BUILD_ARGS ?=
 
-# The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
-# patched wheel works too, e.g. TEST_TORCH='--extra-index-url https://<owner>.github.io/<repo>/simple
-# torch==2.14.1+intelmac' (always the exact +intelmac pin) or TEST_TORCH=wheels/torch-...whl.
-# 2.13.0 is a CPU build that pip finds without a large download on the project's machines.
-TEST_TORCH ?= torch==2.13.0
-# One stamp per TEST_TORCH value: changing it reinstalls torch.
-TORCH_STAMP := $(VENV)/.stamp-torch-$(shell printf '%s' '$(TEST_TORCH)' | cksum | cut -d' ' -f1)
+# The torch that the tests, the regression suite and the benchmark run on, as pip arguments,
+# chosen per host by build_scripts/maint/test_torch.py (`make -s test-torch` prints them):
+# on an Intel Mac the newest wheel `make build` left in wheels/ (else upstream's torch 2.2.2,
+# which is not our build); on Apple silicon the default index's torch; on Linux the CPU-only
+# build. TEST_TORCH overrides every rule, e.g. TEST_TORCH=wheels/torch-...whl or
+# TEST_TORCH='--extra-index-url https://<owner>.github.io/<repo>/simple torch==2.14.1+intelmac'
+# (always the exact +intelmac pin). HOST_OS and HOST_ARCH (Darwin/Linux, x86_64/arm64)
+# override the host detection, so that each rule can be checked anywhere.
+TEST_TORCH ?=
+HOST_OS    ?=
+HOST_ARCH  ?=
+export TEST_TORCH HOST_OS HOST_ARCH
+WHEELS_DIR ?= wheels
+TEST_TORCH_ARGS = $(PY) -m intelmac_torch_builder.maint.test_torch --wheels-dir $(WHEELS_DIR)
+# One stamp per choice: another TEST_TORCH, host or set of wheels in wheels/ reinstalls torch.
+TORCH_STAMP := $(VENV)/.stamp-torch-$(shell printf '%s' '$(TEST_TORCH)|$(HOST_OS)|$(HOST_ARCH)|$(wildcard $(WHEELS_DIR)/*.whl)' | cksum | cut -d' ' -f1)
 DEVICE ?=
 REPORTS ?= reports
 SRC ?=
 TAG ?=
 
-.PHONY: help build test regress bench check-upstream ci-plan lint clean
+.PHONY: help build test test-torch regress bench check-upstream ci-plan lint clean
 
 help:
 	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
 	@echo "                             torch, then its torchvision (TORCH_ONLY=1: torch alone)"
 	@echo "make test                    run the project's tests"
+	@echo "make -s test-torch           the pip arguments of the torch make test installs here"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
 	@echo "make check-upstream SRC=...  apply the series to a real upstream tree or unpacked wheel"
@@ -49,9 +59,15 @@ $(VENV)/.stamp: pyproject.toml
 	touch $@
 
 $(TORCH_STAMP): $(VENV)/.stamp
-	$(PY) -m pip install -q $(TEST_TORCH) -e '.[regress]'
+	@args=$$($(TEST_TORCH_ARGS)) || exit 2; \
+	  echo "$(PY) -m pip install -q $$args -e '.[regress]'"; \
+	  eval "$(PY) -m pip install -q $$args -e '.[regress]'"
 	rm -f $(VENV)/.stamp-torch-*
 	touch $@
+
+# The pip arguments of the torch that `make test` installs here (make -s test-torch).
+test-torch: $(VENV)/.stamp
+	@$(TEST_TORCH_ARGS)
 
 BUILD_FLAGS = $(strip $(if $(VERSION),--torch $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
   $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) \
