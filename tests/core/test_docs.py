@@ -141,3 +141,40 @@ def test_readme_layout_lists_every_folder_of_the_code() -> None:
         folder for folder in folders if not any(entry.startswith(folder) for entry in entries)
     )
     assert not unlisted, f"README's layout does not show {unlisted}"
+
+
+def test_install_lines_name_torch_and_its_torchvision() -> None:
+    """A pip install of our torch also pins the torchvision built against it (the catalog's
+    companion), so a later `pip install torchvision` cannot pull a public one."""
+    from intelmac_torch_builder.core import catalog
+
+    lines = catalog.load()
+    checked = 0
+    for path in (REPO / "README.md", REPO / "docs" / "building.md"):
+        for text in path.read_text(encoding="utf-8").splitlines():
+            if "pip install" not in text or "--extra-index-url" not in text:
+                continue
+            torch = re.search(r"\btorch==([\d.]+)\+intelmac", text)
+            if torch is None:
+                continue
+            companion = lines.line(torch.group(1)).companion
+            assert companion is not None
+            assert f"torchvision=={companion.version}+intelmac" in text, f"{path.name}: {text}"
+            checked += 1
+    assert checked >= 2
+
+
+def test_the_linux_stop_sample_shows_the_current_series() -> None:
+    from intelmac_torch_builder.core import catalog
+
+    text = (REPO / "docs" / "building.md").read_text(encoding="utf-8")
+    found = re.search(
+        r"Compiling PyTorch ([\d.]+) needs macOS.*?patched it with (\d+) patches "
+        r"\(series ([0-9a-f]{12})\)", text, re.DOTALL,
+    )  # fmt: skip
+    assert found, "docs/building.md has no sample of the Linux stop"
+    line = catalog.load().line(found.group(1))
+    assert (int(found.group(2)), found.group(3)) == (len(line.patches), line.series_fingerprint[:12])
+    assert line.companion is not None
+    assert f"{line.companion.title} is not fetched here" in text
+    assert f"make build VERSION={line.version} PYTHON=" in text and "BUILD_ARGS=--dry-run" in text
