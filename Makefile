@@ -52,16 +52,25 @@ help:
 	@echo "make check-upstream SRC=...  apply the series to a real upstream tree or unpacked wheel"
 	@echo "make ci-plan [TAG=v2.15.0-1] the release workflow's job graph and commands"
 
+# setuptools' artefacts of the editable install (the egg-info it writes beside pyproject.toml)
+# go to .cache/setuptools, which .gitignore ignores and make clean removes, so that the
+# install steps leave the checkout as it was. DIST_EXTRA_CONFIG is setuptools' extra config
+# file; setup.cfg cannot say it: egg_base must exist, and a fresh clone has no .cache.
+EDITABLE_CFG := .cache/setuptools/make.cfg
+EDITABLE = mkdir -p $(dir $(EDITABLE_CFG)) && \
+  printf '[egg_info]\negg_base = $(dir $(EDITABLE_CFG))\n' > $(EDITABLE_CFG) && \
+  export DIST_EXTRA_CONFIG=$(CURDIR)/$(EDITABLE_CFG) &&
+
 $(VENV)/.stamp: pyproject.toml
 	$(HOST_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(EDITABLE) $(PY) -m pip install -q -e '.[test]'
 	touch $@
 
 $(TORCH_STAMP): $(VENV)/.stamp
 	@args=$$($(TEST_TORCH_ARGS)) || exit 2; \
 	  echo "$(PY) -m pip install -q $$args -e '.[regress]'"; \
-	  eval "$(PY) -m pip install -q $$args -e '.[regress]'"
+	  $(EDITABLE) eval "$(PY) -m pip install -q $$args -e '.[regress]'"
 	rm -f $(VENV)/.stamp-torch-*
 	touch $@
 
@@ -108,4 +117,4 @@ ci-plan: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG))
 
 clean:
-	rm -rf $(VENV) build .cache $(REPORTS)
+	rm -rf $(VENV) build .cache $(REPORTS) .pytest_cache .mypy_cache .ruff_cache
