@@ -40,13 +40,14 @@ REPORTS ?= reports
 SRC ?=
 TAG ?=
 
-.PHONY: help build test test-torch regress bench check-upstream ci-plan lint clean
+.PHONY: help build test test-torch upstream-material regress bench check-upstream ci-plan lint clean
 
 help:
 	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
 	@echo "                             torch, then its torchvision (TORCH_ONLY=1: torch alone)"
 	@echo "make test                    run the project's tests"
 	@echo "make -s test-torch           the pip arguments of the torch make test installs here"
+	@echo "make upstream-material       fetch the real upstream files the skipped tests need"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
 	@echo "make check-upstream SRC=...  apply the series to a real upstream tree or unpacked wheel"
@@ -108,6 +109,12 @@ regress: $(TORCH_STAMP)
 
 bench: $(TORCH_STAMP)
 	$(PY) -m tests.bench $(if $(DEVICE),--device $(DEVICE)) --out $(REPORTS)/bench $(BENCH_ARGS)
+
+# The real upstream material some tests check the series against (without it they skip and
+# say so): each line's official wheel, the 2.6.0 source tree and its torchvision archive, in
+# ~/.cache/pytorch-upstream. Needs the network (the package index and GitHub) and about 2 GB.
+upstream-material: $(VENV)/.stamp
+	$(PY) -m intelmac_torch_builder.maint.upstream_material
 
 check-upstream: $(VENV)/.stamp
 	@test -n "$(SRC)" || { echo "usage: make check-upstream SRC=<source tree or unpacked wheel> [VERSION=x.y.z]"; exit 2; }
