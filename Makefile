@@ -112,7 +112,7 @@ bench: $(TORCH_STAMP)
 
 # The real upstream material some tests check the series against (without it they skip and
 # say so): each line's official wheel, the 2.6.0 source tree and its torchvision archive, in
-# ~/.cache/pytorch-upstream. Needs the network (the package index and GitHub) and about 2 GB.
+# ~/.cache/pytorch-upstream. Needs the network (the package index and GitHub) and over 2 GB.
 upstream-material: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder.maint.upstream_material
 
