@@ -8,6 +8,7 @@ the checkout itself, offline, into a throwaway prefix (the torch `make` chose is
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -70,12 +71,14 @@ def test_make_tests_install_steps_leave_the_checkout_clean(tmp_path: Path) -> No
     stand_in.write_text(STAND_IN.format(python=sys.executable, prefix=str(tmp_path / "prefix")))
     stand_in.chmod(0o755)
     variables = [f"PY={stand_in}", f"HOST_PYTHON={stand_in}", "TEST_TORCH=torch"]
-    plan = subprocess.run([str(MAKE), "-n", "test", *variables], cwd=checkout,
+    # Not what an outer `make test ...` hands down to sub-makes.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    plan = subprocess.run([str(MAKE), "-n", "test", *variables], cwd=checkout, env=env,
                           capture_output=True, text=True, check=True).stdout  # fmt: skip
     stamp = re.search(r"touch (\S*\.stamp-torch-\d+)", plan)
     assert stamp, plan
     # The install steps: the venv's (editable install of the checkout), then the torch one's.
-    made = subprocess.run([str(MAKE), stamp.group(1), *variables], cwd=checkout,
+    made = subprocess.run([str(MAKE), stamp.group(1), *variables], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr
     assert (tmp_path / "prefix").is_dir()  # the checkout really was installed
@@ -83,5 +86,5 @@ def test_make_tests_install_steps_leave_the_checkout_clean(tmp_path: Path) -> No
     assert _git("status", "--porcelain", cwd=checkout) == ""
     ignored = _git("status", "--porcelain", "--ignored", cwd=checkout).splitlines()
     assert sorted(ignored) == ["!! .cache/", "!! .venv/"]
-    subprocess.run([str(MAKE), "clean"], cwd=checkout, capture_output=True, check=True)
+    subprocess.run([str(MAKE), "clean"], cwd=checkout, env=env, capture_output=True, check=True)
     assert _git("status", "--porcelain", "--ignored", cwd=checkout) == ""

@@ -7,6 +7,7 @@ HOST_OS/HOST_ARCH. That each rule's choice really resolves with pip is `.ci/run`
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -119,6 +120,12 @@ def test_judge_refuses_a_cuda_build_and_a_wrong_platform() -> None:
 MAKE = shutil.which("make")
 
 
+def _clean_env() -> dict[str, str]:
+    """This environment less what an outer `make test TEST_TORCH=...` hands down to sub-makes."""
+    passed_down = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TEST_TORCH", "HOST_OS", "HOST_ARCH")
+    return {key: value for key, value in os.environ.items() if key not in passed_down}
+
+
 def _make_test_torch(tmp_path: Path, *variables: str) -> subprocess.CompletedProcess[str]:
     venv = tmp_path / "venv"
     venv.mkdir(exist_ok=True)
@@ -126,13 +133,12 @@ def _make_test_torch(tmp_path: Path, *variables: str) -> subprocess.CompletedPro
     return subprocess.run(
         [str(MAKE), "-s", "-C", str(REPO), "test-torch", f"VENV={venv}", f"PY={sys.executable}",
          *variables],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True, text=True, timeout=120, check=False, env=_clean_env(),
     )  # fmt: skip
 
 
 @pytest.mark.skipif(MAKE is None, reason="needs make")
-def test_make_prints_each_hosts_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TEST_TORCH", raising=False)
+def test_make_prints_each_hosts_choice(tmp_path: Path) -> None:
     intel = _make_test_torch(tmp_path, "HOST_OS=Darwin", "HOST_ARCH=x86_64", "WHEELS_DIR=none")
     version = "%d.%d" % sys.version_info[:2]
     if sys.version_info[:2] <= (3, 12):
@@ -159,7 +165,7 @@ def test_make_test_installs_what_test_torch_prints(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     dry = subprocess.run(
         [str(MAKE), "-n", "-C", str(REPO), "test", f"VENV={venv}"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True, text=True, timeout=60, check=True, env=_clean_env(),
     ).stdout  # fmt: skip
     assert "-m intelmac_torch_builder.maint.test_torch --wheels-dir wheels" in dry
     assert "pip install -q $args -e '.[regress]'" in dry
