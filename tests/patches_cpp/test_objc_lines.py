@@ -70,7 +70,7 @@ def _any_cached_line() -> str:
             return line
     if os.environ.get(objc_lines.REQUIRE_ENV) == "1":
         pytest.fail("no release line's wheel is cached")
-    pytest.skip("no release line's wheel is cached")
+    pytest.skip("no release line's upstream wheel is cached: make upstream-material fetches them")
 
 
 def test_a_call_to_a_function_the_line_lacks_fails(tmp_path: Path) -> None:

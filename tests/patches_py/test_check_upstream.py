@@ -200,7 +200,7 @@ def test_fails_on_a_modified_wheel_header(tmp_path: Path) -> None:
     """A wheel-shaped copy whose MPSDevice.h lost a hook's anchor: fails, naming patch and file."""
     source = wheel_dir("2.15.0")
     if not (source / "torch").is_dir():
-        pytest.skip(f"no unpacked 2.15.0 wheel at {source}")
+        pytest.skip("no unpacked upstream 2.15.0 wheel: make upstream-material fetches it")
     wheel = tmp_path / "wheel"
     shutil.copytree(next(source.glob("torch-*.dist-info")), wheel / "torch-2.15.0.dist-info")
     for patch in _series("2.15.0"):
