@@ -19,39 +19,65 @@ TORCH_ONLY ?=
 LIBOMP  ?=
 BUILD_ARGS ?=
 
-# The torch that the tests, the regression suite and the benchmark run on: pip arguments, so a
-# patched wheel works too, e.g. TEST_TORCH='--extra-index-url https://<owner>.github.io/<repo>/simple
-# torch==2.14.1+intelmac' (always the exact +intelmac pin) or TEST_TORCH=wheels/torch-...whl.
-# 2.13.0 is a CPU build that pip finds without a large download on the project's machines.
-TEST_TORCH ?= torch==2.13.0
-# One stamp per TEST_TORCH value: changing it reinstalls torch.
-TORCH_STAMP := $(VENV)/.stamp-torch-$(shell printf '%s' '$(TEST_TORCH)' | cksum | cut -d' ' -f1)
+# The torch that the tests, the regression suite and the benchmark run on, as pip arguments,
+# chosen per host by build_scripts/maint/test_torch.py (`make -s test-torch` prints them):
+# on an Intel Mac the newest wheel `make build` left in wheels/ (else upstream's torch 2.2.2,
+# which is not our build); on Apple silicon the default index's torch; on Linux the CPU-only
+# build. TEST_TORCH overrides every rule, e.g. TEST_TORCH=wheels/torch-...whl or
+# TEST_TORCH='--extra-index-url https://<owner>.github.io/<repo>/simple torch==2.14.1+intelmac'
+# (always the exact +intelmac pin). HOST_OS and HOST_ARCH (Darwin/Linux, x86_64/arm64)
+# override the host detection, so that each rule can be checked anywhere.
+TEST_TORCH ?=
+HOST_OS    ?=
+HOST_ARCH  ?=
+export TEST_TORCH HOST_OS HOST_ARCH
+WHEELS_DIR ?= wheels
+TEST_TORCH_ARGS = $(PY) -m intelmac_torch_builder.maint.test_torch --wheels-dir $(WHEELS_DIR)
+# One stamp per choice: another TEST_TORCH, host or set of wheels in wheels/ reinstalls torch.
+TORCH_STAMP := $(VENV)/.stamp-torch-$(shell printf '%s' '$(TEST_TORCH)|$(HOST_OS)|$(HOST_ARCH)|$(wildcard $(WHEELS_DIR)/*.whl)' | cksum | cut -d' ' -f1)
 DEVICE ?=
 REPORTS ?= reports
 SRC ?=
 TAG ?=
 
-.PHONY: help build test regress bench check-upstream ci-plan lint clean
+.PHONY: help build test test-torch upstream-material regress bench check-upstream ci-plan lint clean
 
 help:
 	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
 	@echo "                             torch, then its torchvision (TORCH_ONLY=1: torch alone)"
 	@echo "make test                    run the project's tests"
+	@echo "make -s test-torch           the pip arguments of the torch make test installs here"
+	@echo "make upstream-material       fetch the real upstream files the skipped tests need"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
 	@echo "make check-upstream SRC=...  apply the series to a real upstream tree or unpacked wheel"
 	@echo "make ci-plan [TAG=v2.15.0-1] the release workflow's job graph and commands"
 
+# setuptools' artefacts of the editable install (the egg-info it writes beside pyproject.toml)
+# go to .cache/setuptools, which .gitignore ignores and make clean removes, so that the
+# install steps leave the checkout as it was. DIST_EXTRA_CONFIG is setuptools' extra config
+# file; setup.cfg cannot say it: egg_base must exist, and a fresh clone has no .cache.
+EDITABLE_CFG := .cache/setuptools/make.cfg
+EDITABLE = mkdir -p $(dir $(EDITABLE_CFG)) && \
+  printf '[egg_info]\negg_base = $(dir $(EDITABLE_CFG))\n' > $(EDITABLE_CFG) && \
+  export DIST_EXTRA_CONFIG=$(CURDIR)/$(EDITABLE_CFG) &&
+
 $(VENV)/.stamp: pyproject.toml
 	$(HOST_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(EDITABLE) $(PY) -m pip install -q -e '.[test]'
 	touch $@
 
 $(TORCH_STAMP): $(VENV)/.stamp
-	$(PY) -m pip install -q $(TEST_TORCH) -e '.[regress]'
+	@args=$$($(TEST_TORCH_ARGS)) || exit 2; \
+	  echo "$(PY) -m pip install -q $$args -e '.[regress]'"; \
+	  $(EDITABLE) eval "$(PY) -m pip install -q $$args -e '.[regress]'"
 	rm -f $(VENV)/.stamp-torch-*
 	touch $@
+
+# The pip arguments of the torch that `make test` installs here (make -s test-torch).
+test-torch: $(VENV)/.stamp
+	@$(TEST_TORCH_ARGS)
 
 BUILD_FLAGS = $(strip $(if $(VERSION),--torch $(VERSION)) $(foreach p,$(PYTHON),--python $(p)) \
   $(if $(SOURCE),--source $(SOURCE)) $(if $(SHA256),--sha256 $(SHA256)) \
@@ -84,6 +110,12 @@ regress: $(TORCH_STAMP)
 bench: $(TORCH_STAMP)
 	$(PY) -m tests.bench $(if $(DEVICE),--device $(DEVICE)) --out $(REPORTS)/bench $(BENCH_ARGS)
 
+# The real upstream material some tests check the series against (without it they skip and
+# say so): each line's official wheel, the 2.6.0 source tree and its torchvision archive, in
+# ~/.cache/pytorch-upstream. Needs the network (the package index and GitHub) and over 2 GB.
+upstream-material: $(VENV)/.stamp
+	$(PY) -m intelmac_torch_builder.maint.upstream_material
+
 check-upstream: $(VENV)/.stamp
 	@test -n "$(SRC)" || { echo "usage: make check-upstream SRC=<source tree or unpacked wheel> [VERSION=x.y.z]"; exit 2; }
 	$(PY) -m intelmac_torch_builder check-upstream $(SRC) $(if $(VERSION),--torch $(VERSION))
@@ -92,4 +124,4 @@ ci-plan: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG))
 
 clean:
-	rm -rf $(VENV) build .cache $(REPORTS)
+	rm -rf $(VENV) build .cache $(REPORTS) .pytest_cache .mypy_cache .ruff_cache

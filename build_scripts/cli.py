@@ -61,8 +61,18 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parse_args``, except that an unknown option after a command gets that command's
+    usage: argparse's own message shows the top-level usage, which lists no option at all."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        action.choices[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    args = make_parser(prog).parse_args(argv)
+    args = _parse(make_parser(prog), argv)
     try:
         code: int = args.func(args)
     except BuildError as exc:

@@ -20,7 +20,7 @@ from .core import host as host_mod
 from .core._log import Log, elapsed
 from .core._plan import render
 from .core._stage import line_lock
-from .core.errors import BuildError, UnsupportedHostError
+from .core.errors import BuildError, LockBusyError, UnsupportedHostError
 from .core.options import ALL_GROUPS, Options, add_arguments, resolve
 from .stages import build as build_stage
 from .stages import index as index_stage
@@ -108,6 +108,8 @@ def _main(args: argparse.Namespace) -> int:
     outcome = options.layout.root / OUTCOME
     try:
         code = run_all(options, Log.create())
+    except LockBusyError:
+        raise  # the record is the lock holder's, and it is still running
     except BuildError as exc:
         kind = "needs-mac" if isinstance(exc, UnsupportedHostError) else "error"
         _fsutil.write_json_atomic(outcome, {"outcome": kind, "exit_code": exc.exit_code})

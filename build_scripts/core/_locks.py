@@ -16,7 +16,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..core._log import Log
-from ..core.errors import BuildError
+from ..core.errors import LockBusyError
 
 
 def _holder(lock_file: Path) -> str:
@@ -36,7 +36,7 @@ def held(lock_file: Path, *, what: str, wait: bool, log: Log) -> Iterator[None]:
     except Timeout:
         holder = _holder(lock_file)
         if not wait:
-            raise BuildError(
+            raise LockBusyError(
                 f"Another build of {what} is running ({holder}); it holds {lock_file}.\n"
                 "Wait for it to finish, or run again without --no-wait to queue behind it."
             ) from None

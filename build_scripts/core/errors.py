@@ -31,3 +31,11 @@ class UnsupportedHostError(BuildError):
     """
 
     exit_code = EXIT_NEEDS_MAC
+
+
+class LockBusyError(BuildError):
+    """Another build of the line holds its lock and ``--no-wait`` was given.
+
+    Nothing was done, and the line's records (``outcome.json``) belong to that other build,
+    so a refused run leaves them alone.
+    """

@@ -217,7 +217,12 @@ def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ..
             metavar="URL|git|git+REPO|PATH",
             help="where the upstream source comes from (default: the catalog's release tarball)",
         )
-        group.add_argument("--sha256", metavar="HEX", help="expected sha256 of the source tarball")
+        group.add_argument(
+            "--sha256",
+            type=_sha256_argument,
+            metavar="HEX",
+            help="expected sha256 of the source tarball (64 hexadecimal digits)",
+        )
         group.add_argument(
             "--trust-on-first-use",
             action="store_true",
@@ -312,12 +317,24 @@ def resolve_python(spec: str | None) -> PythonTarget:
     return PythonTarget(_interpreter_version(absolute), absolute, True)
 
 
+def _sha256_argument(value: str) -> str:
+    """``--sha256``'s type: a malformed hash is a usage error (exit 2), caught before any work."""
+    try:
+        checked = _check_sha256(value)
+    except BuildError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert checked is not None
+    return checked
+
+
 def _check_sha256(value: str | None) -> str | None:
     if value is None:
         return None
     value = value.strip().lower()
     if not _SHA256.match(value):
-        raise BuildError(f"--sha256 {value}: expected 64 hexadecimal digits.")
+        raise BuildError(
+            f"{value!r} is not a sha256: expected 64 hexadecimal digits (make build SHA256=HEX)."
+        )
     return value
 
 

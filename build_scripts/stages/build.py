@@ -245,20 +245,41 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         )
     else:
         done = f"Nothing is patched yet in {layout.root}.\n"
-    torch_version = (options.companion_of or options).line.version
+    torch_options = options.companion_of or options
+    torch_version = torch_options.line.version
+    # Make variables, not CLI options: this is pasted on a fresh clone, where `make build`
+    # sets up the venv that the command line needs.
+    make = f"make build VERSION={torch_version} PYTHON='{pythons}'"
+    companion = torch_options.line.companion
+    if companion is None:
+        vision = ""
+    elif not torch_options.build_companions:
+        make += " TORCH_ONLY=1"
+        vision = (
+            f"{companion.title} is not built (TORCH_ONLY=1, --torch-only); drop it to build "
+            "torch and then its torchvision.\n"
+        )
+    elif options.companion_of is None:
+        vision = (
+            f"{companion.title} is not fetched here: it is built against the torch wheel, which "
+            f"only a Mac can compile, so the Mac run builds it right after torch.\n"
+        )
+    else:
+        vision = ""
     return (
         f"Compiling {options.line.title} needs macOS: the MPS backend is built "
         f"against Apple's Metal frameworks, which ship only with Xcode. This host is {host.description}.\n"
         + done
+        + vision
         + "To finish, on an Intel Mac (native x86_64; an Apple-silicon Mac can cross-build, best "
         f"effort) with Xcode {preflight.xcode_for_sdk(options.line.macos_sdk_min)} or later, a "
-        f"libomp built for macOS {options.line.macos_deployment_target} or older (`--libomp`) "
-        "and ccache:\n"
+        f"libomp built for macOS {options.line.macos_deployment_target} or older "
+        "(make build LIBOMP=PREFIX) and ccache:\n"
         "  git clone <this repository> && cd <it>\n"
-        f"  make build VERSION={torch_version} PYTHON='{pythons}'\n"
-        "See every command and variable it will use first with:\n"
-        f"  python -m intelmac_torch_builder build --dry-run --torch {torch_version}"
-        + "".join(f" --python {python.version}" for python in options.pythons)
+        f"  {make}\n"
+        "See every command and variable it will use first (this runs anywhere, on a fresh "
+        "clone too):\n"
+        f"  {make} BUILD_ARGS=--dry-run"
     )
 
 

@@ -23,11 +23,13 @@ import os
 import posixpath
 import re
 import shutil
+import socket
 import subprocess
 import tarfile
 import time
 import uuid
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -61,6 +63,44 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     import urllib3
 
     return (requests.RequestException, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps: its cause and context, and urllib3's ``reason``."""
+    seen: set[int] = set()
+    pending = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        for inner in (current.__cause__, current.__context__, getattr(current, "reason", None),
+                      *current.args):  # fmt: skip
+            if isinstance(inner, BaseException):
+                pending.append(inner)
+
+
+def describe_network_error(exc: BaseException, url: str, timeout: float) -> str:
+    """Why ``url`` could not be read, in the words a user acts on: DNS, refused or timeout."""
+    import requests
+    import urllib3
+
+    parts = urlparse(url)
+    host = parts.hostname or url
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    causes = list(_causes(exc))
+    if any(isinstance(cause, socket.gaierror) for cause in causes):
+        return (
+            f"DNS lookup of {host} failed (no such host, or no DNS server answering): "
+            "check the name and this machine's network"
+        )
+    if any(isinstance(cause, ConnectionRefusedError) for cause in causes):
+        return f"connection refused by {host}:{port} (nothing listens there, or a firewall)"
+    timeouts = (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError, socket.timeout)
+    if any(isinstance(cause, timeouts) for cause in causes):
+        return f"timed out: no answer within {timeout:g} s from {host} (--timeout SECONDS)"
+    return f"cannot reach {url}: {exc.__class__.__name__}"
 
 
 @dataclass(frozen=True)
@@ -240,7 +280,7 @@ def _attempt(
             timeout=(min(settings.timeout, 30.0), settings.timeout),
         )
     except (requests.ConnectionError, requests.Timeout) as exc:
-        raise _Retryable(f"cannot reach {url}: {exc.__class__.__name__}") from None
+        raise _Retryable(describe_network_error(exc, url, settings.timeout)) from None
     except requests.RequestException as exc:
         raise BuildError(f"cannot download {url}: {exc}") from None
     with response:
@@ -292,7 +332,8 @@ def _attempt(
                         last_note = time.monotonic()
         except _network_errors() as exc:
             raise _Retryable(
-                f"the download of {url} broke off at {written} bytes ({exc.__class__.__name__})"
+                f"the download of {url} broke off at {written} bytes "
+                f"({describe_network_error(exc, url, settings.timeout)})"
             ) from None
         if total is not None and written != total:
             raise _Retryable(f"the download of {url} ended early ({written} of {total} bytes)")
@@ -332,16 +373,28 @@ def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> 
                         "(make build SOURCE=... SHA256=...)."
                     )
                     raise BuildError(
-                        f"Download failed after {attempt} attempts: {problem}\n{hint}"
+                        f"Download failed after {attempt} attempt{'s' if attempt > 1 else ''}: "
+                        f"{problem}\n{hint}"
                     ) from None
                 delay = min(settings.backoff * 2 ** (attempt - 1), 60.0)
                 log.warning(f"{problem}; retry {attempt}/{settings.retries} in {delay:.0f} s")
                 time.sleep(delay)
 
 
+def _hash_note(path: Path) -> Path:
+    """Where the sha256 of a cached download is noted (with the size and mtime it had)."""
+    return path.with_name(path.name + ".sha256.json")
+
+
+def _remove_cached(path: Path) -> None:
+    """Delete a cached download and its hash note: a note without its file is a stale lie."""
+    path.unlink(missing_ok=True)
+    _hash_note(path).unlink(missing_ok=True)
+
+
 def _cached_sha256(path: Path) -> str:
     """The file's sha256, from its ``.sha256`` note when size and mtime still match."""
-    note = path.with_name(path.name + ".sha256.json")
+    note = _hash_note(path)
     stat = path.stat()
     known = _fsutil.read_json(note)
     if (
@@ -387,7 +440,7 @@ def fetch_tarball(options: Options, source: ResolvedSource, log: Log) -> tuple[P
         log.warning(
             f"cached {destination.name} has sha256 {actual}, not {expected}; downloading again"
         )
-        destination.unlink()
+        _remove_cached(destination)
     log.info(f"Downloading {source.location}")
     download(source.location, destination, options.fetch, log)
     part, state_file = _part_paths(destination)
@@ -460,8 +513,7 @@ def _truncated(exc: BaseException) -> bool:
 
 def _incomplete(archive: Path, exc: BaseException, cached: bool) -> BuildError:
     if cached:
-        archive.unlink(missing_ok=True)
-        archive.with_name(archive.name + ".sha256.json").unlink(missing_ok=True)
+        _remove_cached(archive)
         what = "It was removed from the download cache; run again to download it again."
     else:
         what = (

@@ -99,8 +99,7 @@ def _patched(upstream: Path, tmp_path_factory: pytest.TempPathFactory) -> Patche
     if upstream in _BUILT:
         return _BUILT[upstream]
     if not upstream.is_dir():
-        pytest.skip(f"no upstream material at {upstream}: .ci/run provides it through "
-                    "../shared/tools (upstream-src 2.6.0, upstream-wheel VERSION)")
+        pytest.skip(f"no upstream {upstream.name}: make upstream-material fetches it")
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         pytest.skip("no C++ compiler (apt-get install g++): the policy shim cannot be built")
     tree = check_upstream.detect_tree(upstream)

@@ -223,3 +223,11 @@ def test_check_upstream_help_is_written_for_users() -> None:
     assert "``" not in text and "**" not in text, "reST markup in --help"
     assert "tests/" not in text and "test doubles" not in text, "talk of tests in --help"
     assert "--torch X.Y.Z" in text
+
+
+@pytest.mark.parametrize("command", ["fetch", "all", "index"])
+def test_a_bad_option_shows_that_commands_usage(command: str) -> None:
+    result = _run(sys.executable, "-m", "intelmac_torch_builder", command, "--no-such-option")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"usage: python -m intelmac_torch_builder {command} "), result.stderr
+    assert "unrecognized arguments: --no-such-option" in result.stderr

@@ -34,6 +34,12 @@ def _tracked_files() -> list[Path]:
     return [REPO / name for name in listed if (REPO / name).is_file()]
 
 
+# PyTorch's CPU wheel index is named only where Linux tests need a CPU-only torch: the rule
+# that picks make test's torch, and its test.
+CPU_INDEX = "https://" + REGISTRY_HOSTS[2] + "/whl/cpu"
+CPU_INDEX_ALLOWED = {"build_scripts/maint/test_torch.py", "tests/core/test_test_torch.py"}
+
+
 def test_no_file_names_a_registry_host() -> None:
     named = []
     for path in _tracked_files():
@@ -41,8 +47,17 @@ def test_no_file_names_a_registry_host() -> None:
             text = path.read_text(encoding="utf-8").lower()
         except UnicodeDecodeError:
             continue  # images
-        named += [f"{path.relative_to(REPO)}: {host}" for host in REGISTRY_HOSTS if host in text]
+        name = str(path.relative_to(REPO))
+        if name in CPU_INDEX_ALLOWED:
+            text = text.replace(CPU_INDEX, "")
+        named += [f"{name}: {host}" for host in REGISTRY_HOSTS if host in text]
     assert not named, "registry hosts named:\n" + "\n".join(named)
+
+
+def test_the_cpu_index_is_the_linux_tests_one() -> None:
+    from intelmac_torch_builder.maint import test_torch
+
+    assert test_torch.CPU_INDEX == CPU_INDEX
 
 
 def _instructions() -> dict[str, str]:
@@ -126,3 +141,40 @@ def test_readme_layout_lists_every_folder_of_the_code() -> None:
         folder for folder in folders if not any(entry.startswith(folder) for entry in entries)
     )
     assert not unlisted, f"README's layout does not show {unlisted}"
+
+
+def test_install_lines_name_torch_and_its_torchvision() -> None:
+    """A pip install of our torch also pins the torchvision built against it (the catalog's
+    companion), so a later `pip install torchvision` cannot pull a public one."""
+    from intelmac_torch_builder.core import catalog
+
+    lines = catalog.load()
+    checked = 0
+    for path in (REPO / "README.md", REPO / "docs" / "building.md"):
+        for text in path.read_text(encoding="utf-8").splitlines():
+            if "pip install" not in text or "--extra-index-url" not in text:
+                continue
+            torch = re.search(r"\btorch==([\d.]+)\+intelmac", text)
+            if torch is None:
+                continue
+            companion = lines.line(torch.group(1)).companion
+            assert companion is not None
+            assert f"torchvision=={companion.version}+intelmac" in text, f"{path.name}: {text}"
+            checked += 1
+    assert checked >= 2
+
+
+def test_the_linux_stop_sample_shows_the_current_series() -> None:
+    from intelmac_torch_builder.core import catalog
+
+    text = (REPO / "docs" / "building.md").read_text(encoding="utf-8")
+    found = re.search(
+        r"Compiling PyTorch ([\d.]+) needs macOS.*?patched it with (\d+) patches "
+        r"\(series ([0-9a-f]{12})\)", text, re.DOTALL,
+    )  # fmt: skip
+    assert found, "docs/building.md has no sample of the Linux stop"
+    line = catalog.load().line(found.group(1))
+    assert (int(found.group(2)), found.group(3)) == (len(line.patches), line.series_fingerprint[:12])
+    assert line.companion is not None
+    assert f"{line.companion.title} is not fetched here" in text
+    assert f"make build VERSION={line.version} PYTHON=" in text and "BUILD_ARGS=--dry-run" in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +17,29 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _sources(destination: Path) -> Path:
+    """A copy of the checkout's files to build from: a build in the checkout itself would leave
+    setuptools' egg-info and build folders there (make test leaves the checkout clean)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    for name in filter(None, listed.stdout.split("\0")):
+        if (REPO / name).is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, destination / name)
+    return destination
+
+
 @pytest.mark.slow
 def test_installed_package_carries_the_catalog_and_patches(tmp_path: Path) -> None:
     target = tmp_path / "site"
     # No network: dependencies are already in this environment, and the build backend too.
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--no-compile", "--target", str(target), str(REPO)],
+         "--no-compile", "--target", str(target), str(_sources(tmp_path / "src"))],
         capture_output=True, text=True,
     )
     assert install.returncode == 0, install.stdout + install.stderr
@@ -52,7 +69,7 @@ def test_pip_install_adds_one_top_level_package_without_warnings(tmp_path: Path)
     # has nothing else in it.
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
-         "--wheel-dir", str(tmp_path / "dist"), str(REPO)],
+         "--wheel-dir", str(tmp_path / "dist"), str(_sources(tmp_path / "src"))],
         capture_output=True, text=True,
     )
     output = build.stdout + build.stderr

@@ -17,10 +17,14 @@ from pathlib import Path
 import pytest
 from intelmac_torch_builder import cli
 from intelmac_torch_builder.core import catalog, companion, toolchain
+from intelmac_torch_builder.maint import upstream_material
 from orch_server import FileServer
 from test_orch_dryrun import INTEL, commands, dry_run, exports, fake_mac, section  # noqa: F401
 
-TARBALL = os.environ.get("INTELMAC_VISION_TARBALL", "")
+# Where make upstream-material leaves it, unless the variable names another copy.
+TARBALL = os.environ.get("INTELMAC_VISION_TARBALL") or str(
+    upstream_material.default_cache() / "torchvision-v0.21.0.tar.gz"
+)
 
 
 @pytest.mark.upstream
@@ -31,8 +35,8 @@ def test_real_torchvision_0_21_0_source_and_its_macos_plan(
 ) -> None:
     if not Path(TARBALL).is_file():
         pytest.skip(
-            "set INTELMAC_VISION_TARBALL=$(../shared/tools/upstream-tarball pytorch-vision "
-            "0.21.0) to run this (.ci/run does)"
+            "no torchvision 0.21.0 release archive: make upstream-material fetches it (or set "
+            "INTELMAC_VISION_TARBALL to a copy)"
         )
     line = catalog.load().line("2.6.0")
     tv = line.companion

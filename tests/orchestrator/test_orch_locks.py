@@ -91,3 +91,17 @@ def test_lock_is_per_release_line(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_no_wait_refusal_leaves_the_holders_outcome(
+    project: Project, other_build: subprocess.Popen[str]
+) -> None:
+    """`make build` readers trust outcome.json: a refused run must not write over the record
+    of the build that holds the lock (and is still running)."""
+    outcome = project.work / project.version / "outcome.json"
+    outcome.parent.mkdir(parents=True, exist_ok=True)
+    outcome.write_text('{"outcome": "built", "exit_code": 0}\n')
+    result = project.cli("all", "--no-wait", "--builder", "setuptools")
+    assert result.code == 1
+    assert "Another build of PyTorch" in result.err
+    assert outcome.read_text() == '{"outcome": "built", "exit_code": 0}\n'

@@ -69,3 +69,17 @@ def test_built_wheels_exit_0(project: Project) -> None:
     assert result.returncode == 0, result.stderr
     assert outcome(project) == {"outcome": "built", "exit_code": 0}
     assert len(list(project.wheels.glob("*.whl"))) == 1
+
+
+def test_a_malformed_sha256_is_a_usage_error(project: Project) -> None:
+    """README, Exit codes: bad arguments exit 2 and leave no outcome.json."""
+    result = make_build(project, sha256="abc")
+    assert result.returncode == 2, result.stderr
+    assert "argument --sha256: 'abc' is not a sha256: expected 64 hexadecimal digits" in result.stderr
+    assert "usage: python -m intelmac_torch_builder all" in result.stderr
+    assert not (project.work / project.version / "outcome.json").exists()
+    direct = subprocess.run(
+        [sys.executable, "-m", "intelmac_torch_builder", *project.argv("all", "--sha256", "abc")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert direct.returncode == 2, direct.stderr

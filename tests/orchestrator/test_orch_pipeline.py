@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +16,8 @@ from pathlib import Path
 import pytest
 from intelmac_torch_builder.core import buildinfo
 from orch_project import Project
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _venv_python(venv: Path) -> Path:
@@ -183,3 +187,46 @@ def test_stages_out_of_order_say_what_to_run(project: Project) -> None:
         result = project.cli(stage, "--builder", "setuptools")
         assert result.code == 1, (stage, result.text)
         assert hint in result.err, (stage, result.err)
+
+
+def test_the_linux_stop_says_what_happens_to_torchvision(project: Project) -> None:
+    if sys.platform == "darwin":
+        pytest.skip("on macOS the default builder would really compile")
+    from orch_companion import serve_companion
+
+    serve_companion(project)
+    result = project.cli("all")
+    assert result.code == 3, result.text
+    assert "torchvision 0.1.0 is not fetched here" in result.err
+    assert "the Mac run builds it right after torch" in result.err
+    # Make variables where a make command is printed; no module call that needs the venv.
+    assert "make build LIBOMP=PREFIX" in result.err and "--libomp" not in result.err
+    assert "python -m intelmac_torch_builder" not in result.err
+    assert not (project.work / "torchvision-0.1.0").exists()  # really not fetched
+    alone = project.cli("all", "--torch-only")
+    assert "TORCH_ONLY=1" in alone.err and "torchvision 0.1.0 is not built" in alone.err
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_the_linux_stops_dry_run_hint_runs_on_a_fresh_clone(tmp_path: Path) -> None:
+    """The hint is pasted as printed: through make, which sets up its own venv (here: a venv
+    stamp beside this interpreter, as on a clone whose first make command made it)."""
+    from intelmac_torch_builder.core import host as host_mod
+    from intelmac_torch_builder.core.options import resolve
+    from intelmac_torch_builder.stages.build import unsupported_host_message
+
+    options = resolve(argparse.Namespace(torch="2.14.1", work_dir=tmp_path / "work"))
+    linux = host_mod.Host("Linux", "x86_64", None, 2, 8 * 2**30, None, None, None)
+    message = unsupported_host_message(options, linux)
+    hint = next(line.strip() for line in message.splitlines() if "BUILD_ARGS=--dry-run" in line)
+    assert hint.startswith("make build VERSION=2.14.1 PYTHON=")
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".stamp").touch()
+    command = f"{hint} VENV={venv} PY={sys.executable}"
+    ran = subprocess.run(
+        ["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "#### PyTorch 2.14.1 -> torch==2.14.1+intelmac" in ran.stdout
+    assert "#### torchvision 0.29.1" in ran.stdout

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tarfile
 from pathlib import Path
@@ -106,7 +107,7 @@ def test_timeouts_are_retried_then_fail_clearly(project: Project) -> None:
     assert result.code == 1
     assert project.server.count(project.tarball_name) == 2
     assert "Download failed after 2 attempts" in result.err
-    assert "Timeout" in result.err
+    assert "timed out" in result.err
 
 
 def test_checksum_mismatch_shows_both_hashes_and_deletes_the_file(project: Project) -> None:
@@ -352,3 +353,58 @@ def test_check_member_unit() -> None:
     link.linkname = "../../../c"
     with pytest.raises(source.UnsafeArchive):
         source.check_member(link, archive)
+
+
+def test_one_attempt_reads_attempt(project: Project) -> None:
+    project.server.fail(project.tarball_name, 500)
+    result = project.cli("fetch", "--retries", "0")
+    assert result.code == 1
+    assert "Download failed after 1 attempt: HTTP 500" in result.err
+
+
+def test_a_refused_connection_says_so(project: Project) -> None:
+    # A port nobody listens on: bound, then closed again.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    project.rewrite_catalog(url=f"http://127.0.0.1:{port}/{project.tarball_name}")
+    result = project.cli("fetch", "--retries", "0")
+    assert result.code == 1
+    assert f"connection refused by 127.0.0.1:{port}" in result.err, result.err
+
+
+def test_a_failed_dns_lookup_says_so(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The one name this test makes unresolvable; every other lookup goes to the real resolver
+    # (and nothing leaves 127.0.0.1: the name is never looked up for real).
+    real = socket.getaddrinfo
+
+    def lookup(host: object, *args: object, **kwargs: object) -> object:
+        if host == "mirror.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    project.rewrite_catalog(url=f"http://mirror.invalid/{project.tarball_name}")
+    result = project.cli("fetch", "--retries", "0")
+    assert result.code == 1
+    assert "DNS lookup of mirror.invalid failed" in result.err, result.err
+
+
+def test_a_timeout_says_how_long_it_waited(project: Project) -> None:
+    project.server.stall(project.tarball_name, 1.5)
+    result = project.cli("fetch", "--retries", "0", "--timeout", "0.3")
+    assert result.code == 1
+    assert "timed out: no answer within 0.3 s" in result.err, result.err
+
+
+def test_a_corrupt_cached_download_goes_with_its_hash_note(project: Project) -> None:
+    assert project.cli("fetch").code == 0
+    cached = _cached(project)
+    note = cached.with_name(cached.name + ".sha256.json")
+    assert note.is_file()
+    cached.write_bytes(b"not the release")  # size and mtime change: the note is stale
+    project.server.fail(project.tarball_name, 500)
+    result = project.cli("fetch", "--retries", "0")
+    assert result.code == 1
+    assert "downloading again" in result.err
+    assert not cached.exists() and not note.exists()

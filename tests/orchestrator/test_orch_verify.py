@@ -113,7 +113,7 @@ def test_reader_on_an_official_upstream_wheel() -> None:
     root = cache / "wheel-2.6.0-arm64" / "torch"
     if not root.is_dir():
         pytest.skip(
-            "the unpacked upstream wheel is not on this machine (../shared/tools/upstream-wheel)"
+            "no unpacked upstream 2.6.0 wheel: make upstream-material fetches it"
         )
     extension = next(root.glob("_C.cpython-*-darwin.so"))
     found = _binaries.macho_problems(_binaries.read_macho(extension), "arm64")

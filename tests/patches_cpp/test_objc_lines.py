@@ -34,8 +34,7 @@ def _line_tree(line: str, work: Path) -> objc_lines.LineTree:
         OUTCOMES.setdefault(line, "skipped: clang is not installed (apt-get install -y clang)")
         pytest.skip("clang is not installed (optional here: apt-get install -y clang)")
     if not objc_lines.has_wheel(line):
-        why = (f"no cached {line} wheel at {objc_lines.wheel_root(line)} "
-               f"(../shared/tools/upstream-wheel {line} fetches it; .ci/run does)")
+        why = f"no unpacked upstream {line} wheel: make upstream-material fetches it"
         if os.environ.get(objc_lines.REQUIRE_ENV) == "1":
             OUTCOMES[line] = "FAILED: " + why
             pytest.fail(why)
@@ -71,7 +70,7 @@ def _any_cached_line() -> str:
             return line
     if os.environ.get(objc_lines.REQUIRE_ENV) == "1":
         pytest.fail("no release line's wheel is cached")
-    pytest.skip("no release line's wheel is cached")
+    pytest.skip("no release line's upstream wheel is cached: make upstream-material fetches them")
 
 
 def test_a_call_to_a_function_the_line_lacks_fails(tmp_path: Path) -> None:

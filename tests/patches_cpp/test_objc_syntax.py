@@ -28,7 +28,7 @@ pytestmark = pytest.mark.upstream
 
 def _patched_2_6(tmp_path: Path) -> Path:
     if not (SOURCE_2_6 / "version.txt").is_file():
-        pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0 provides it)")
+        pytest.skip("no upstream 2.6.0 source tree: make upstream-material fetches it")
     series = list(catalog.load().line("2.6.0").patches)
     tree = tmp_path / "tree"
     # Only the files the series touches are needed; copying them keeps the cache untouched.

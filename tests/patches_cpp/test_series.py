@@ -133,7 +133,7 @@ def test_unified_memory_requirement_matches_the_line_binary(line: str) -> None:
 
     binary = objc_lines.wheel_root(line) / "torch" / "lib" / "libtorch_cpu.dylib"
     if not binary.is_file():
-        pytest.skip(f"no cached {line} wheel ({binary}); ../shared/tools/upstream-wheel {line} fetches it")
+        pytest.skip(f"no unpacked upstream {line} wheel: make upstream-material fetches it")
     with binary.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
         has_check = data.find(UNIFIED_MESSAGE) != -1
     assert _requires_unified_memory(line) == has_check, f"{line}: the binary has the check: {has_check}"

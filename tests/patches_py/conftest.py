@@ -43,9 +43,7 @@ def source_2_6_sandbox(
 ) -> check_upstream.Sandbox:
     """The real 2.6.0 tree's torch/backends files, patched, under a stand-in torch."""
     if not (SOURCE_2_6 / "version.txt").is_file():
-        pytest.skip(
-            f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0 provides it)"
-        )
+        pytest.skip("no upstream 2.6.0 source tree: make upstream-material fetches it")
     tree = check_upstream.detect_tree(SOURCE_2_6)
     return check_upstream.make_sandbox(
         tree, python_series("2.6.0"), tmp_path_factory.mktemp("src-2.6.0"), shim

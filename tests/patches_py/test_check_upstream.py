@@ -113,7 +113,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.upstream
 def test_fails_on_a_modified_upstream_file_naming_patch_file_and_hunk(tmp_path: Path) -> None:
     if not (SOURCE_2_6 / "version.txt").is_file():
-        pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6}")
+        pytest.skip("no upstream 2.6.0 source tree: make upstream-material fetches it")
     tree = _small_tree(tmp_path, "2.6.0")
     target = tree / "torch" / "backends" / "mps" / "__init__.py"
     text = target.read_text()
@@ -139,7 +139,7 @@ def test_fails_on_a_modified_upstream_file_naming_patch_file_and_hunk(tmp_path: 
 def test_passes_on_unmodified_small_copy(tmp_path: Path) -> None:
     """The control for the test above: the same small tree, untouched, passes."""
     if not (SOURCE_2_6 / "version.txt").is_file():
-        pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6}")
+        pytest.skip("no upstream 2.6.0 source tree: make upstream-material fetches it")
     lines: list[str] = []
     assert (
         check_upstream.check(_small_tree(tmp_path, "2.6.0"), python_layer=False, out=lines.append)
@@ -151,7 +151,7 @@ def test_passes_on_unmodified_small_copy(tmp_path: Path) -> None:
 @pytest.mark.upstream
 def test_real_2_6_0_source_tree() -> None:
     if not (SOURCE_2_6 / "version.txt").is_file():
-        pytest.skip(f"no upstream 2.6.0 tree at {SOURCE_2_6} (../shared/tools/upstream-src 2.6.0)")
+        pytest.skip("no upstream 2.6.0 source tree: make upstream-material fetches it")
     lines: list[str] = []
     status = check_upstream.check(SOURCE_2_6, python_layer=HAVE_CXX, out=lines.append)
     report = "\n".join(lines)
@@ -166,9 +166,7 @@ def test_real_2_6_0_source_tree() -> None:
 def test_real_wheel(version: str) -> None:
     root = wheel_dir(version)
     if not (root / "torch").is_dir():
-        pytest.skip(
-            f"no unpacked {version} wheel at {root} (../shared/tools/upstream-wheel {version})"
-        )
+        pytest.skip(f"no unpacked upstream {version} wheel: make upstream-material fetches it")
     result = _cli(str(root), *(() if HAVE_CXX else ("--no-python",)))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"torch {version}" in result.stdout
@@ -187,7 +185,7 @@ def test_version_override_picks_another_series() -> None:
     """--torch chooses the series; the 2.6.0 wheel checked as 2.15.0 still reports that line."""
     root = wheel_dir("2.6.0")
     if not (root / "torch").is_dir():
-        pytest.skip(f"no unpacked 2.6.0 wheel at {root}")
+        pytest.skip("no unpacked upstream 2.6.0 wheel: make upstream-material fetches it")
     lines: list[str] = []
     try:
         check_upstream.check(root, "2.15.0", python_layer=False, out=lines.append)
@@ -202,7 +200,7 @@ def test_fails_on_a_modified_wheel_header(tmp_path: Path) -> None:
     """A wheel-shaped copy whose MPSDevice.h lost a hook's anchor: fails, naming patch and file."""
     source = wheel_dir("2.15.0")
     if not (source / "torch").is_dir():
-        pytest.skip(f"no unpacked 2.15.0 wheel at {source}")
+        pytest.skip("no unpacked upstream 2.15.0 wheel: make upstream-material fetches it")
     wheel = tmp_path / "wheel"
     shutil.copytree(next(source.glob("torch-*.dist-info")), wheel / "torch-2.15.0.dist-info")
     for patch in _series("2.15.0"):
