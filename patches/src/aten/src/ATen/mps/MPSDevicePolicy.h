@@ -34,10 +34,10 @@
 //      rank before low-power (integrated Intel) ones.
 //   3. A low-power GPU is used only when allowed (allow_intel_gpu) and no other
 //      eligible device exists, or when PYTORCH_MPS_DEVICE picks it.
-//   3a. On a line whose MPS allocator requires unified memory (2.14.1, 2.15.0;
-//      Platform::requires_unified_memory), a device without it is not eligible,
-//      picked or not: discrete AMD GPUs are skipped with the reason, Intel GPUs
-//      (unified memory) still run when allowed.
+//   3a. Unified memory is not required on any line: the allocator patches
+//      (0008, 0009) keep memory where Metal allows it on Intel and AMD GPUs, so
+//      an AMD GPU is eligible on 2.14.1 and 2.15.0 too, where upstream's
+//      allocator refused it.
 //   4. The result does not depend on the order MTLCopyAllDevices() returns.
 //   5. On Apple silicon the choice is upstream's: the first Mac2 device in
 //      MTLCopyAllDevices() order; the options above have no effect there.
@@ -59,10 +59,6 @@ namespace at::mps::policy {
 
 inline constexpr const char* kAllowIntelGpuEnv = "PYTORCH_MPS_ALLOW_INTEL_GPU";
 inline constexpr const char* kDeviceEnv = "PYTORCH_MPS_DEVICE";
-// The newest release line of intelmac-torch whose MPS allocator has no unified
-// memory check, named to owners of AMD GPUs on the lines that have one
-// (tests/patches_cpp/test_series.py keeps it in step with the hooks of patch 0005).
-inline constexpr const char* kLineWithoutUnifiedMemoryCheck = "2.9.1";
 
 // What MPSDevice.mm reads from one id<MTLDevice>.
 struct DeviceProps {
@@ -203,11 +199,6 @@ struct Options {
 struct Platform {
   bool macos_ok = true;  // upstream's MPSGraph selector probe passed
   std::string min_macos; // e.g. "14.0", for the message when it did not
-  // The line's MPS allocator refuses a device without unified memory:
-  // MPSHeapAllocatorImpl::init_allocator() has TORCH_CHECK(hasUnifiedMemory)
-  // (2.14.1 and 2.15.0 binaries; not 2.6.0 or 2.9.1). Choosing a discrete AMD
-  // GPU there would only move the failure to the first allocation.
-  bool requires_unified_memory = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -301,21 +292,6 @@ inline std::string opt_in_hint() {
 
 inline const char* no_mac2_reason() {
   return "does not support Metal GPU family Mac2, which the MPS backend needs";
-}
-
-// Whether the line's allocator would refuse this device (Platform::requires_unified_memory).
-inline bool lacks_unified_memory(const DeviceProps& device, const Platform& platform) {
-  return platform.requires_unified_memory && !device.unified_memory;
-}
-
-inline std::string unified_memory_check() {
-  return std::string("(upstream's check in MPSAllocator.mm would fail at the first allocation); torch ") +
-      kLineWithoutUnifiedMemoryCheck + "+intelmac has no such check";
-}
-
-// The skip reason of a device that lacks_unified_memory().
-inline std::string no_unified_memory_reason() {
-  return "no unified memory: the MPS allocator of this PyTorch requires it " + unified_memory_check();
 }
 
 inline std::string selector_text(const DeviceSelector& selector) {
@@ -435,8 +411,7 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
   }
 
   for (auto& status : all) {
-    status.eligible = status.props.supports_mac2 && (!status.props.low_power || options.allow_intel_gpu) &&
-        !detail::lacks_unified_memory(status.props, platform);
+    status.eligible = status.props.supports_mac2 && (!status.props.low_power || options.allow_intel_gpu);
   }
 
   if (options.selector.kind != DeviceSelector::Kind::none) {
@@ -445,9 +420,6 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
     if (picked && !all[*picked].props.supports_mac2) {
       reason = detail::selector_text(options.selector) + " picks " + detail::describe(all[*picked]) + ", which " +
           detail::no_mac2_reason() + "; the Metal devices are: " + detail::list_devices(all);
-    } else if (picked && detail::lacks_unified_memory(all[*picked].props, platform)) {
-      reason = detail::selector_text(options.selector) + " picks " + detail::describe(all[*picked]) +
-          ", which has " + detail::no_unified_memory_reason() + "; the Metal devices are: " + detail::list_devices(all);
     } else if (picked) {
       // Picking a low-power GPU by name or index is an explicit opt-in.
       all[*picked].eligible = true;
@@ -459,8 +431,6 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
       }
       if (!all[i].props.supports_mac2) {
         all[i].skip_reason = detail::no_mac2_reason();
-      } else if (detail::lacks_unified_memory(all[i].props, platform)) {
-        all[i].skip_reason = detail::no_unified_memory_reason();
       } else if (picked) {
         all[i].skip_reason = detail::selector_text(options.selector) + " picks " + detail::describe(all[*picked]);
       } else {
@@ -480,7 +450,6 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
       }
     }
     std::vector<const DeviceStatus*> blocked_low_power;
-    std::vector<DeviceStatus> blocked_memory;
     for (std::size_t i = 0; i < all.size(); ++i) {
       DeviceStatus& status = all[i];
       if (best && i == *best) {
@@ -488,9 +457,6 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
       }
       if (!status.props.supports_mac2) {
         status.skip_reason = detail::no_mac2_reason();
-      } else if (detail::lacks_unified_memory(status.props, platform)) {
-        status.skip_reason = detail::no_unified_memory_reason();
-        blocked_memory.push_back(status);
       } else if (status.props.low_power && !options.allow_intel_gpu) {
         status.skip_reason = "low-power (integrated) GPU, not used unless allowed: " + detail::opt_in_hint();
         blocked_low_power.push_back(&status);
@@ -508,18 +474,7 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
       const bool one = blocked_low_power.size() == 1;
       const std::string opt_in =
           detail::opt_in_hint() + " (integrated GPUs can be slower than the CPU for small workloads)";
-      if (!blocked_memory.empty()) {
-        // The discrete GPUs cannot run this line; say so first, then what can.
-        const bool one_lacking = blocked_memory.size() == 1;
-        selection.unavailable_reason = "the MPS allocator of this PyTorch requires a GPU with unified memory, and " +
-            detail::list_devices(blocked_memory) + (one_lacking ? " has" : " have") + " none " +
-            detail::unified_memory_check();
-        if (!blocked_low_power.empty()) {
-          selection.unavailable_reason += "; the " + detail::kind_of_low_power(blocked_low_power) + (one ? "" : "s") +
-              " (" + names + ") " + (one ? "has" : "have") + " it but " + (one ? "is" : "are") +
-              " not used unless allowed: " + opt_in;
-        }
-      } else if (!blocked_low_power.empty()) {
+      if (!blocked_low_power.empty()) {
         selection.unavailable_reason = std::string("only ") + (one ? "an " : "") +
             detail::kind_of_low_power(blocked_low_power) + (one ? "" : "s") + " (" + names + ") " +
             (one ? "was" : "were") + " found; " + opt_in;
