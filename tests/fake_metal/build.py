@@ -90,7 +90,9 @@ def objcxx_flags(std: str) -> list[str]:
     ]
 
 
-LINK_LIBS = ["-lgnustep-base", "-lobjc", "-lBlocksRuntime"]
+# libBlocksRuntime first: GNUstep base exports a _Block_copy of its own that crashes on the
+# blocks clang emits for the GCC runtime; whichever library comes first in DT_NEEDED wins.
+LINK_LIBS = ["-lBlocksRuntime", "-lgnustep-base", "-lobjc"]
 
 
 def compile_objcxx(source: Path, out: Path, includes: Sequence[str], std: str = "c++17") -> Path:

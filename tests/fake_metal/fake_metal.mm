@@ -71,6 +71,7 @@ NSString* ns(const std::string& s) {
 void record(const std::string& kind, id<MTLDevice> device, const std::string& message,
             NSDictionary* extra = nil) {
   Guard g(lock());
+  @autoreleasepool {
   NSMutableDictionary* entry = [NSMutableDictionary dictionary];
   [entry setObject:ns(kind) forKey:@"kind"];
   [entry setObject:(device != nil ? [device name] : @"") forKey:@"device"];
@@ -80,6 +81,7 @@ void record(const std::string& kind, id<MTLDevice> device, const std::string& me
     [entry addEntriesFromDictionary:extra];
   }
   [records() addObject:entry];
+  }
   if (is_violation(kind)) {
     ++violation_count();
   }
@@ -1338,10 +1340,14 @@ unsigned fm_heap_storage_mode(void* heap) {
   return [(id<MTLHeap>)heap storageMode];
 }
 void* fm_heap_new_buffer(void* heap, uint64_t length, uint64_t options) {
-  return [(id<MTLHeap>)heap newBufferWithLength:length options:options];
+  @autoreleasepool {
+    return [(id<MTLHeap>)heap newBufferWithLength:length options:options];
+  }
 }
 void* fm_device_new_buffer(void* device, uint64_t length, uint64_t options) {
-  return [(id<MTLDevice>)device newBufferWithLength:length options:options];
+  @autoreleasepool {
+    return [(id<MTLDevice>)device newBufferWithLength:length options:options];
+  }
 }
 uint64_t fm_heap_buffer_size(void* device, uint64_t length, uint64_t options, uint64_t* align) {
   const MTLSizeAndAlign sa = [(id<MTLDevice>)device heapBufferSizeAndAlignWithLength:length options:options];
@@ -1355,13 +1361,17 @@ uint64_t fm_buffer_length(void* buffer) {
   return [(id<MTLBuffer>)buffer length];
 }
 void* fm_buffer_contents(void* buffer) {
-  return [(id<MTLBuffer>)buffer contents];
+  @autoreleasepool {
+    return [(id<MTLBuffer>)buffer contents];
+  }
 }
 void* fm_buffer_heap(void* buffer) {
   return [(id<MTLBuffer>)buffer heap];
 }
 void fm_buffer_did_modify(void* buffer, uint64_t location, uint64_t length) {
-  [(id<MTLBuffer>)buffer didModifyRange:NSMakeRange(location, length)];
+  @autoreleasepool {
+    [(id<MTLBuffer>)buffer didModifyRange:NSMakeRange(location, length)];
+  }
 }
 unsigned fm_set_purgeable(void* resource, unsigned state) {
   return [(id<MTLResource>)resource setPurgeableState:static_cast<MTLPurgeableState>(state)];
