@@ -185,7 +185,7 @@ void MPSDevice::rescanIfUnavailable() {
     NSArray* devices = [MTLCopyAllDevices() autorelease];
     const NSUInteger chosen = policyChoice(devices);
     if (chosen < [devices count]) {
-      _mtl_device = [devices[chosen] retain];
+      _mtl_device = [[devices objectAtIndex:chosen] retain]; // no subscripts: runs on GNUstep too
     }
   }
 }
