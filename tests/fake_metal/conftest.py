@@ -126,16 +126,16 @@ def line_build(line: str, fake_lib: Path, factory: pytest.TempPathFactory,
     return result
 
 
-def exact_device_source() -> str:
-    """2.6.0's MPSDevice.mm from the real source tree (../shared/tools/upstream-src 2.6.0)."""
+def exact_260_file(path: str) -> str:
+    """A file of 2.6.0's real source tree (../shared/tools/upstream-src 2.6.0)."""
     tool = REPO.parent / "shared" / "tools" / "upstream-src"
     if not tool.exists():
         tool = Path("/work/shared/tools/upstream-src")
     cached = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytorch-upstream" / "pytorch-v2.6.0"
-    source = cached / "aten/src/ATen/mps/MPSDevice.mm"
+    source = cached / path
     if not source.is_file() and tool.exists():
         root = subprocess.run([str(tool), "2.6.0"], capture_output=True, text=True, check=True).stdout.strip()
-        source = Path(root) / "aten/src/ATen/mps/MPSDevice.mm"
+        source = Path(root) / path
     if not source.is_file():
         why = "no 2.6.0 source tree (../shared/tools/upstream-src 2.6.0 provides it)"
         if os.environ.get(objc_lines.REQUIRE_ENV) == "1":
@@ -144,16 +144,25 @@ def exact_device_source() -> str:
     return source.read_text(encoding="utf-8")
 
 
-def patched_260_device(series: Sequence[Path], work: Path) -> str:
-    """2.6.0's exact MPSDevice.mm with the series' hunks on it applied."""
+def exact_device_source() -> str:
+    """2.6.0's MPSDevice.mm from the real source tree."""
+    return exact_260_file("aten/src/ATen/mps/MPSDevice.mm")
+
+
+def patched_260_file(path: str, series: Sequence[Path], work: Path) -> str:
+    """2.6.0's exact file at `path` with the series' hunks on it applied."""
     from intelmac_torch_builder.maint.check_upstream.series import filter_series
 
-    path = "aten/src/ATen/mps/MPSDevice.mm"
     target = work / "tree" / path
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(exact_device_source(), encoding="utf-8")
+    target.write_text(exact_260_file(path), encoding="utf-8")
     patching.apply_series(work / "tree", filter_series(series, lambda p: p == path, work / "patches"))
     return target.read_text(encoding="utf-8")
+
+
+def patched_260_device(series: Sequence[Path], work: Path) -> str:
+    """2.6.0's exact MPSDevice.mm with the series' hunks on it applied."""
+    return patched_260_file("aten/src/ATen/mps/MPSDevice.mm", series, work)
 
 
 @pytest.fixture(scope="session", params=LINES)

@@ -43,6 +43,8 @@ const char* const kViolations[] = {
     "encoder_not_ended",               // commit with an encoder whose endEncoding was not called
     "encode_after_commit",             // an encoder made from a committed command buffer
     "purged_contents",                 // contents of a buffer whose memory was purged (Empty)
+    "heap_placement_not_placement",    // newBufferWithLength:options:offset: on an automatic heap
+    "heap_placement_out_of_bounds",    // a placement outside the heap
 };
 
 bool is_violation(const std::string& kind) {
@@ -229,6 +231,7 @@ struct FakeCommand {
 }
 - (void)fakeUse:(FakeMTLBuffer*)buffer;
 - (void)fakeComplete;
+- (void)fakeEndUses;
 @end
 
 @interface FakeMTLBlitCommandEncoder : NSObject <MTLBlitCommandEncoder> {
@@ -514,6 +517,35 @@ FakeMTLBuffer* as_buffer(id object) {
   const MTLHazardTrackingMode hazard = hazard_of(options) == MTLHazardTrackingModeDefault ? _hazard : hazard_of(options);
   return [_device fakeBufferWithLength:length storage:_storage cache:_cache hazard:hazard heap:self];
 }
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length
+                             options:(MTLResourceOptions)options
+                              offset:(NSUInteger)offset {
+  Guard g(lock());
+  // Apple (newBufferWithLength:options:offset:): placement heaps only; the same storage
+  // and CPU cache mode as the heap; the range must lie inside the heap.
+  if (_type != MTLHeapTypePlacement) {
+    record("heap_placement_not_placement", _device,
+           "newBufferWithLength:options:offset: on a heap that is not a placement heap");
+    return nil;
+  }
+  if (storage_of(options) != _storage || cache_of(options) != _cache) {
+    record("heap_buffer_storage_mismatch", _device,
+           std::string("heap newBufferWithLength:options:offset: asked for ") + mode_name(storage_of(options)) +
+               " storage from a " + mode_name(_storage) + " heap (or another CPU cache mode)",
+           @{@"heap_storage_mode" : ns(mode_name(_storage)), @"storage_mode" : ns(mode_name(storage_of(options)))});
+    return nil;
+  }
+  if (offset > _size || std::max<NSUInteger>(length, 1) > _size - offset) {
+    record("heap_placement_out_of_bounds", _device,
+           "placement of " + std::to_string(length) + " bytes at " + std::to_string(offset) + " in a heap of " +
+               std::to_string(_size));
+    return nil;
+  }
+  const MTLHazardTrackingMode hazard = hazard_of(options) == MTLHazardTrackingModeDefault ? _hazard : hazard_of(options);
+  FakeMTLBuffer* buffer = [_device fakeBufferWithLength:length storage:_storage cache:_cache hazard:hazard heap:self];
+  _used += buffer->_allocated; // given back when the buffer is deallocated, as for any heap buffer
+  return buffer;
+}
 - (MTLPurgeableState)setPurgeableState:(MTLPurgeableState)state {
   const MTLPurgeableState previous = _purgeable;
   if (state != MTLPurgeableStateKeepCurrent) {
@@ -673,6 +705,13 @@ FakeMTLBuffer* as_buffer(id object) {
   [_device release];
   [super dealloc];
 }
+- (void)fakeEndUses {
+  Guard g(lock());
+  for (FakeMTLBuffer* buffer : *_uses) {
+    auto& by = *buffer->_usedBy;
+    by.erase(std::remove(by.begin(), by.end(), self), by.end());
+  }
+}
 - (void)fakeForgetUses {
   Guard g(lock());
   std::vector<FakeMTLBuffer*> uses;
@@ -792,6 +831,10 @@ FakeMTLBuffer* as_buffer(id object) {
     _status = MTLCommandBufferStatusCompleted;
   }
   for (MTLCommandBufferHandler h : *_scheduled) h(self);
+  // Apple (addCompletedHandler:): the handlers run after the GPU finished the command
+  // buffer's commands, so its buffers are no longer in use there: a handler may free them
+  // (upstream's allocator returns blocks that way). Retained references go after.
+  [self fakeEndUses];
   for (MTLCommandBufferHandler h : *_completed) h(self);
   [self fakeForgetUses];
   record("command_buffer_completed", _device, std::to_string(_commands->size()) + " command(s)");

@@ -190,6 +190,11 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 @property (readonly) NSUInteger currentAllocatedSize;
 - (NSUInteger)maxAvailableSizeWithAlignment:(NSUInteger)alignment;
 - (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
+// Apple: on a placement heap (MTLHeapTypePlacement), a buffer at an offset the program
+// chooses; the program keeps track of which ranges are in use.
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length
+                             options:(MTLResourceOptions)options
+                              offset:(NSUInteger)offset;
 - (MTLPurgeableState)setPurgeableState:(MTLPurgeableState)state;
 @end
 
