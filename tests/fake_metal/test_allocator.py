@@ -176,7 +176,7 @@ CASES = [(line, gpu, kind) for line in LINES for gpu in GPUS for kind in KINDS
          if pool_of(line, kind, GPUS[gpu]) is not None]
 
 
-@pytest.mark.parametrize(("line", "gpu", "kind"), CASES, ids=[f"{l}-{g}-{k}" for l, g, k in CASES])
+@pytest.mark.parametrize(("line", "gpu", "kind"), CASES, ids=["-".join(case) for case in CASES])
 def test_each_request_gets_storage_metal_allows(line: str, gpu: str, kind: str, metal: FakeMetal,
                                                 fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     lib = allocator(line, fake_metal_lib, tmp_path_factory)
