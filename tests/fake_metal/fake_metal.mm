@@ -711,6 +711,10 @@ FakeMTLBuffer* as_buffer(id object) {
     auto& by = *buffer->_usedBy;
     by.erase(std::remove(by.begin(), by.end(), self), by.end());
   }
+  if (!_retained) {
+    // Not ours: a completed handler may deallocate them, so they are not touched again.
+    _uses->clear();
+  }
 }
 - (void)fakeForgetUses {
   Guard g(lock());
