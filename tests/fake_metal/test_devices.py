@@ -39,6 +39,8 @@ import pytest
 from ..patches_cpp.test_policy import CONFIGS, M1, PRO5500M, UHD630, Config, Dev, Expect
 from .conftest import Line, line_build
 
+pytestmark = pytest.mark.upstream  # each line's wheel, and 2.6.0's source tree
+
 REQUIRES_UNIFIED = {"2.14.1", "2.15.0"}
 
 
