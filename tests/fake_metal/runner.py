@@ -135,7 +135,7 @@ def _run(loaded: Loaded, scenario: dict[str, Any]) -> dict[str, Any]:
                                        for d in scenario["metal"]["devices"]}
                 else:
                     raise ValueError("unknown step " + step)
-            except Exception as exc:  # reported, not raised: the test compares
+            except Exception as exc:  # noqa: BLE001 (reported, not raised: the test compares)
                 record["error"] = f"{type(exc).__name__}: {exc}"
             record["warnings"] = drained()
             steps_out.append(record)
@@ -145,7 +145,7 @@ def _run(loaded: Loaded, scenario: dict[str, Any]) -> dict[str, Any]:
 def _child(loaded: Loaded, scenario: dict[str, Any], write_fd: int) -> None:
     try:
         result = _run(loaded, scenario)
-    except BaseException:  # the parent reports it with the scenario
+    except BaseException:  # noqa: BLE001 (the parent reports it with the scenario)
         result = {"fatal": traceback.format_exc()}
     with os.fdopen(write_fd, "w", encoding="utf-8") as out:
         out.write(json.dumps(result))

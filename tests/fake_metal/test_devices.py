@@ -269,3 +269,16 @@ def test_a_broken_glue_fails_these_checks(fake_metal_lib: Path, tmp_path_factory
     failures = [p for where, config, expect, scenario in cases
                 for p in check(line, where, config, expect, ran[scenario["id"]])]
     assert failures, "a glue that reads isRemovable for low-power went unnoticed"
+
+
+def test_names_survive_nsstring_and_json_both_ways(line: Line) -> None:
+    """Quotes, a backslash and non-ASCII in a device name: Metal's NSString to Python unchanged."""
+    odd = Dev('AMD Radeon "Pro" \\ \u00c9dition \u2013 5500M', 0x100000b00, working_set=8 << 30)
+    # Case folding is ASCII only: the part is spelt with the name's capital \u00c9.
+    s = _single(line, (UHD630, odd), ["devices", "retained"], {"PYTORCH_MPS_DEVICE": "\u00c9dition"})
+    names = [d["name"] for d in s["devices"]["value"]]
+    assert odd.name in names and UHD630.name in names
+    if line.line in REQUIRES_UNIFIED:
+        assert s["retained"]["value"] == 0  # picked, but it has no unified memory
+    else:
+        assert s["retained"]["value"] == odd.registry_id  # picked by a non-ASCII part of its name

@@ -273,3 +273,21 @@ def test_every_record_has_kind_device_and_message(fm: FakeMetal) -> None:
     assert records and all({"kind", "device", "message"} <= set(r) for r in records)
     fm.fm_release(buffer)
     assert ctypes.sizeof(ctypes.c_void_p) == 8
+
+
+def test_configuration_from_the_environment(fake_metal_lib: Path) -> None:
+    """FAKE_METAL_CONFIG is read at the first Metal call of a process that never configured."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); lib.fm_copy_device.restype = ctypes.c_void_p; "
+            "lib.fm_copy_device.argtypes = [ctypes.c_uint64]; print(bool(lib.fm_copy_device(513)))")
+    env = {**os.environ, "FAKE_METAL_CONFIG": json.dumps({"devices": [AMD | {"registry_id": 513}]})}
+    done = subprocess.run([sys.executable, "-c", code, str(fake_metal_lib)], env=env, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "True"
+    env["FAKE_METAL_CONFIG"] = '{"devices": 3}'
+    bad = subprocess.run([sys.executable, "-c", code, str(fake_metal_lib)], env=env, capture_output=True,
+                         text=True, check=False)
+    assert bad.returncode != 0 and "devices must be a list (FAKE_METAL_CONFIG)" in bad.stderr
