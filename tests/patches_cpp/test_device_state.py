@@ -338,3 +338,11 @@ def test_naming_the_amd_gpu_on_a_unified_memory_line_explains_it(driver: Path) -
         "PYTORCH_MPS_DEVICE='5500M' picks [0] AMD Radeon Pro 5500M, which has no unified memory"
         in scan["selection"]["reason"]
     )
+
+
+def test_a_blank_device_variable_warns_once_and_picks_nothing(driver: Path) -> None:
+    """PYTORCH_MPS_DEVICE of blanks only: warned about once, as a blank flag is; the default choice stands."""
+    records = run_state(driver, (UHD630, PRO5500M), [setenv(DEVICE, "  "), ("scan",), ("scan",)])
+    found = all_warnings(records)
+    assert len(found) == 1 and f"{DEVICE}='  '" in found[0], found
+    assert selected(records[-1]) == PRO5500M.name
