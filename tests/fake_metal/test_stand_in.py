@@ -69,6 +69,20 @@ def test_bad_configuration_is_refused_by_name(fm: FakeMetal, config: str, messag
     assert fm.fm_copy_device(AMD["registry_id"])
 
 
+def test_copy_all_devices_keeps_the_configured_order_and_the_default_device(fm: FakeMetal) -> None:
+    ids = (ctypes.c_uint64 * 8)()
+    assert fm.fm_all_device_ids(ids, 8) == 3
+    assert list(ids[:3]) == [INTEL["registry_id"], AMD["registry_id"], M1["registry_id"]]
+    default = fm.fm_create_system_default_device()
+    assert default == fm.fm_copy_device(INTEL["registry_id"])  # index 0 unless configured
+    fm.configure({"devices": [INTEL, AMD], "system_default": 1})
+    assert fm.fm_create_system_default_device() == fm.fm_copy_device(AMD["registry_id"])
+    fm.configure({"devices": [INTEL, AMD], "system_default": None})  # e.g. a launchd service
+    assert fm.fm_create_system_default_device() is None
+    fm.configure({"devices": [AMD, INTEL]})
+    assert fm.fm_all_device_ids(ids, 8) == 2 and list(ids[:2]) == [AMD["registry_id"], INTEL["registry_id"]]
+
+
 def test_devices_come_from_data(fm: FakeMetal) -> None:
     intel, amd = device(fm, INTEL), device(fm, AMD)
     assert fm.fake_metal_device_retain_count(INTEL["registry_id"]) >= 2
