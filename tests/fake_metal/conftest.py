@@ -46,7 +46,10 @@ def torch_lib_dir() -> Path:
 
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
-        raise FileNotFoundError("torch is not installed (pip install torch==2.13.0 from the CPU index)")
+        why = "the test torch is not installed (make test installs it; see the Makefile's TEST_TORCH)"
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true: " + why)
+        pytest.skip(why)
     return Path(spec.origin).parent / "lib"
 
 

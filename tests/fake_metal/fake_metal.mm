@@ -1342,6 +1342,20 @@ void* fm_copy_device(uint64_t registry_id) {
   return nullptr;
 }
 
+void* fm_create_system_default_device(void) {
+  return MTLCreateSystemDefaultDevice();
+}
+
+size_t fm_all_device_ids(uint64_t* ids, size_t capacity) {
+  @autoreleasepool {
+    NSArray* devices = [MTLCopyAllDevices() autorelease];
+    for (NSUInteger i = 0; i < [devices count] && i < capacity; ++i) {
+      ids[i] = [[devices objectAtIndex:i] registryID];
+    }
+    return [devices count];
+  }
+}
+
 void fm_release(void* object) {
   @autoreleasepool {
     [(id)object release];

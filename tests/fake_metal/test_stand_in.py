@@ -69,6 +69,20 @@ def test_bad_configuration_is_refused_by_name(fm: FakeMetal, config: str, messag
     assert fm.fm_copy_device(AMD["registry_id"])
 
 
+def test_copy_all_devices_keeps_the_configured_order_and_the_default_device(fm: FakeMetal) -> None:
+    ids = (ctypes.c_uint64 * 8)()
+    assert fm.fm_all_device_ids(ids, 8) == 3
+    assert list(ids[:3]) == [INTEL["registry_id"], AMD["registry_id"], M1["registry_id"]]
+    default = fm.fm_create_system_default_device()
+    assert default == fm.fm_copy_device(INTEL["registry_id"])  # index 0 unless configured
+    fm.configure({"devices": [INTEL, AMD], "system_default": 1})
+    assert fm.fm_create_system_default_device() == fm.fm_copy_device(AMD["registry_id"])
+    fm.configure({"devices": [INTEL, AMD], "system_default": None})  # e.g. a launchd service
+    assert fm.fm_create_system_default_device() is None
+    fm.configure({"devices": [AMD, INTEL]})
+    assert fm.fm_all_device_ids(ids, 8) == 2 and list(ids[:2]) == [AMD["registry_id"], INTEL["registry_id"]]
+
+
 def test_devices_come_from_data(fm: FakeMetal) -> None:
     intel, amd = device(fm, INTEL), device(fm, AMD)
     assert fm.fake_metal_device_retain_count(INTEL["registry_id"]) >= 2
@@ -273,3 +287,21 @@ def test_every_record_has_kind_device_and_message(fm: FakeMetal) -> None:
     assert records and all({"kind", "device", "message"} <= set(r) for r in records)
     fm.fm_release(buffer)
     assert ctypes.sizeof(ctypes.c_void_p) == 8
+
+
+def test_configuration_from_the_environment(fake_metal_lib: Path) -> None:
+    """FAKE_METAL_CONFIG is read at the first Metal call of a process that never configured."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); lib.fm_copy_device.restype = ctypes.c_void_p; "
+            "lib.fm_copy_device.argtypes = [ctypes.c_uint64]; print(bool(lib.fm_copy_device(513)))")
+    env = {**os.environ, "FAKE_METAL_CONFIG": json.dumps({"devices": [AMD | {"registry_id": 513}]})}
+    done = subprocess.run([sys.executable, "-c", code, str(fake_metal_lib)], env=env, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "True"
+    env["FAKE_METAL_CONFIG"] = '{"devices": 3}'
+    bad = subprocess.run([sys.executable, "-c", code, str(fake_metal_lib)], env=env, capture_output=True,
+                         text=True, check=False)
+    assert bad.returncode != 0 and "devices must be a list (FAKE_METAL_CONFIG)" in bad.stderr

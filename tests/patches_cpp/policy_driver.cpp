@@ -257,7 +257,7 @@ int main() {
           ? "none"
           : (s.kind == policy::DeviceSelector::Kind::index ? "index" : "name");
       std::cout << "{\"id\": " << json(f[1]) << ", \"kind\": \"" << kind << "\", \"index\": " << s.index
-                << ", \"text\": " << json(s.text) << "}\n";
+                << ", \"text\": " << json(s.text) << ", \"warning\": " << json(s.warning) << "}\n";
     } else if (f[0] == "core" && f.size() == 4) {
       policy::DeviceProps d;
       d.name = f[2];

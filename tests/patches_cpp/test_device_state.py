@@ -299,3 +299,11 @@ def test_dual_gpu_macbook_pro_keeps_the_amd_gpu(driver: Path) -> None:
 def test_naming_the_amd_gpu_picks_it(driver: Path) -> None:
     records = run_state(driver, (UHD630, PRO5500M), [setenv(DEVICE, "5500M"), ("scan",)])
     assert selected(records[1]) == PRO5500M.name
+
+
+def test_a_blank_device_variable_warns_once_and_picks_nothing(driver: Path) -> None:
+    """PYTORCH_MPS_DEVICE of blanks only: warned about once, as a blank flag is; the default choice stands."""
+    records = run_state(driver, (UHD630, PRO5500M), [setenv(DEVICE, "  "), ("scan",), ("scan",)])
+    found = all_warnings(records)
+    assert len(found) == 1 and f"{DEVICE}='  '" in found[0], found
+    assert selected(records[-1]) == PRO5500M.name

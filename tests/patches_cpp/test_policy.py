@@ -366,6 +366,9 @@ SELECTORS = [
     ("0", "index", 0), (" 2 ", "index", 2), ("uhd", "name", None), ("Radeon Pro", "name", None),
     ("", "none", None), (None, "none", None), ("-1", "name", None),
     ("99999999999999999999999", "index", None),  # parses, and is simply out of range
+    # Leading zeros go before the size check: 22 digits, but index 1.
+    ("0000000000000000000001", "index", 1), ("000", "index", 0), (" 0002 ", "index", 2),
+    ("1000000000000000000", "index", None),  # 19 significant digits: saturated, out of range
 ]
 
 
@@ -377,6 +380,42 @@ def test_parse_device_selector(driver: Path, raw: str | None, kind: str, index: 
         assert result["index"] == index
     if kind == "name":
         assert result["text"] == raw.strip()  # type: ignore[union-attr]
+    assert result["warning"] == ""
+
+
+@pytest.mark.parametrize("raw", ["   ", " ", " \f "], ids=repr)
+def test_a_blank_device_selector_warns_like_a_blank_allow_variable(driver: Path, raw: str) -> None:
+    result = run_driver(driver, ["\t".join(["selector", "x", _field(raw)])])["x"]
+    assert result["kind"] == "none"
+    assert f"PYTORCH_MPS_DEVICE='{raw}'" in result["warning"] and "using the default choice" in result["warning"]
+
+
+def test_a_device_index_with_leading_zeros_picks_that_index(driver: Path) -> None:
+    lines = ["\t".join(["case", "z", "0", _field("0000000000000000000001"), "1", "14.0"]),
+             UHD630.line(), PRO5500M.line(), "end"]
+    assert run_driver(driver, lines)["z"]["result"]["selected"] == UHD630.name  # [1] in devices()
+
+
+ACCENTED = "Radeon Pro \u00e9dition"  # a made-up name with a two-byte UTF-8 character
+
+
+@pytest.mark.parametrize(("selector", "expected"), [
+    ("\u00e9dition", ACCENTED),      # the whole character matches
+    ("pro \u00e9", ACCENTED),
+    ("pro \xc3", None),              # only the first byte of "\u00e9": no match
+    ("\xa9dition", None),            # only its second byte, then the rest
+])
+def test_a_name_match_is_never_half_a_utf8_character(driver: Path, selector: str, expected: str | None) -> None:
+    dev = Dev(ACCENTED, 0x100000a00)
+    raw = selector.encode("latin-1") if any(0x80 <= ord(c) < 0x100 for c in selector) and "\u00e9" not in selector \
+        else selector.encode("utf-8")
+    lines = [b"\t".join([b"case", b"u", b"0", b"=" + raw, b"1", b"14.0"]), dev.line().encode("utf-8"), b"end"]
+    done = subprocess.run([str(driver)], input=b"\n".join(lines) + b"\n", capture_output=True, check=True,
+                          timeout=60)
+    result = json.loads(done.stdout.decode("utf-8", "replace").splitlines()[0])["result"]
+    assert result["selected"] == expected, result["reason"]
+    if expected is None:
+        assert "matches no Metal device name" in result["reason"]
 
 
 CORES = [
@@ -408,3 +447,17 @@ def test_a_full_name_picks_its_device_even_inside_a_longer_name(driver: Path) ->
             lines += [d.line() for d in devices] + ["end"]
             result = run_driver(driver, lines)["x"]["result"]
             assert result["selected"] == expected, (selector, p, result["reason"])
+
+
+FULL_NAME_RULE = "full name picks that device even when it is also part of a longer name"
+
+
+def test_the_docs_state_the_full_name_rule_the_code_follows() -> None:
+    """test_a_full_name_picks_its_device_even_inside_a_longer_name checks the code; the docs say the same."""
+    repo = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/mps-device-policy.md"):
+        text = " ".join((repo / doc).read_text(encoding="utf-8").split())
+        assert FULL_NAME_RULE in text, doc
+    header = repo / "patches/src/aten/src/ATen/mps/MPSDevicePolicy.h"
+    assert "full name picks that device even when it is" in " ".join(header.read_text().replace("//", "").split())
+

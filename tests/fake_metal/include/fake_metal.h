@@ -63,6 +63,10 @@ long fake_metal_device_retain_count(uint64_t registry_id);
 // fm_release.
 
 void* fm_copy_device(uint64_t registry_id);
+// MTLCreateSystemDefaultDevice() (+1, NULL when the configuration says null).
+void* fm_create_system_default_device(void);
+// MTLCopyAllDevices()'s registry ids in its order, into ids[0..capacity); returns the count.
+size_t fm_all_device_ids(uint64_t* ids, size_t capacity);
 void fm_release(void* object);
 long fm_retain_count(void* object);
 void* fm_new_heap(void* device, uint64_t size, unsigned storage_mode, unsigned cpu_cache_mode,

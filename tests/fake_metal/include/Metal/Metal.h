@@ -235,6 +235,16 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 - (id<MTLCommandBuffer>)commandBufferWithUnretainedReferences;
 @end
 
+// What Apple documents for each property, in short:
+//   name: the GPU's name, as shown to users;
+//   registryID: the GPU's IORegistry entry id, the same across processes;
+//   lowPower: on a Mac with several GPUs, true for the integrated one that saves power
+//     (an Intel iGPU beside an AMD GPU; also a lone Intel iGPU);
+//   headless: no display can be attached (e.g. a Mac Pro's second GPU, many eGPUs);
+//   removable: an external GPU (eGPU) that can be unplugged;
+//   hasUnifiedMemory: CPU and GPU share memory (Apple silicon and Intel iGPUs);
+//   recommendedMaxWorkingSetSize: how much memory the GPU can use without hurting
+//     performance.
 @protocol MTLDevice <NSObject>
 @property (readonly) NSString* name;
 @property (readonly) uint64_t registryID;

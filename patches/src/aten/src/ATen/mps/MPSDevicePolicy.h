@@ -100,8 +100,25 @@ inline std::string lower(std::string_view text) {
   return out;
 }
 
+// A byte that continues a UTF-8 character (10xxxxxx), never the start of one.
+inline bool utf8_continuation(char c) {
+  return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+}
+
+// Whether `needle` occurs in `haystack`, any (ASCII) case, starting and ending on
+// whole UTF-8 characters: a needle never matches half of a character of a name.
 inline bool contains_ci(std::string_view haystack, std::string_view needle) {
-  return lower(haystack).find(lower(needle)) != std::string::npos;
+  const std::string text = lower(haystack);
+  const std::string part = lower(needle);
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) {
+    const std::size_t end = at + part.size();
+    const bool starts_whole = at == text.size() || !utf8_continuation(text[at]);
+    const bool ends_whole = end >= text.size() || !utf8_continuation(text[end]);
+    if (starts_whole && ends_whole) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // Whether `word` is one of the words of `name` (runs of letters and digits), any case.
@@ -156,15 +173,19 @@ inline EnvBool parse_bool_env(std::string_view variable, const char* raw) {
   return result;
 }
 
-// PYTORCH_MPS_DEVICE: all digits is an index into devices() (the stable order);
-// any other text is a case-insensitive part of a device name. A number that is
-// no valid index picks by name when it is a whole word of a name ("580" of
-// "AMD Radeon RX 580"; "3" is no word of "Intel(R) UHD Graphics 630").
+// PYTORCH_MPS_DEVICE: all digits is an index into devices() (the stable order;
+// leading zeros ignored); any other text is a case-insensitive part of a device
+// name. A name that is one device's full name picks that device even when it is
+// also part of a longer name. A number that is no valid index picks by name when
+// it is a whole word of a name ("580" of "AMD Radeon RX 580"; "3" is no word of
+// "Intel(R) UHD Graphics 630"). Unset or empty: no choice. Blanks only: no
+// choice, with a warning, as for PYTORCH_MPS_ALLOW_INTEL_GPU.
 struct DeviceSelector {
   enum class Kind { none, index, name };
   Kind kind = Kind::none;
   std::size_t index = 0;
-  std::string text; // as given, trimmed; for messages
+  std::string text;    // as given, trimmed; for messages
+  std::string warning; // empty unless the value was not understood
 };
 
 inline DeviceSelector parse_device_selector(const char* raw) {
@@ -174,15 +195,21 @@ inline DeviceSelector parse_device_selector(const char* raw) {
   }
   selector.text = detail::trim(raw);
   if (selector.text.empty()) {
+    // Only an empty value means unset; "   " is a mistake worth a warning.
+    if (*raw != '\0') {
+      selector.warning = "Ignoring " + std::string(kDeviceEnv) + "='" + std::string(raw) +
+          "': expected an index from torch.backends.mps.devices() or a part of one device name; "
+          "using the default choice";
+    }
     return selector;
   }
-  // Indexes past what size_t holds are out of range anyway; saturate rather than overflow.
-  if (detail::all_digits(selector.text) && selector.text.size() < 19) {
+  if (detail::all_digits(selector.text)) {
     selector.kind = DeviceSelector::Kind::index;
-    selector.index = static_cast<std::size_t>(std::stoull(selector.text));
-  } else if (detail::all_digits(selector.text)) {
-    selector.kind = DeviceSelector::Kind::index;
-    selector.index = static_cast<std::size_t>(-1);
+    // Leading zeros first ("0000000000000000000001" is 1); then a number of 19
+    // or more digits is past any index, and past what size_t holds: saturate.
+    const std::size_t first = selector.text.find_first_not_of('0');
+    const std::string digits = first == std::string::npos ? "0" : selector.text.substr(first);
+    selector.index = digits.size() < 19 ? static_cast<std::size_t>(std::stoull(digits)) : static_cast<std::size_t>(-1);
   } else {
     selector.kind = DeviceSelector::Kind::name;
   }
@@ -676,8 +703,8 @@ class DeviceState {
   // PYTORCH_MPS_ALLOW_INTEL_GPU and PYTORCH_MPS_DEVICE, read together once (at
   // the first scan or the first question about the flag, whichever comes
   // first) and kept: a later change of the environment changes nothing, so a
-  // refusal can only ever be about the flag. A value of the first that is not
-  // understood is warned about then, once.
+  // refusal can only ever be about the flag. A value of either that is not
+  // understood (blanks only included) is warned about then, once.
   void read_environment() {
     if (environment_read_) {
       return;
@@ -689,6 +716,9 @@ class DeviceState {
     }
     allow_from_env_ = parsed.value.value_or(false);
     selector_ = parse_device_selector(std::getenv(kDeviceEnv));
+    if (!selector_.warning.empty()) {
+      warnings_.push_back(selector_.warning);
+    }
   }
 
   bool environment_read_ = false;
