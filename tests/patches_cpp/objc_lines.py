@@ -133,7 +133,7 @@ def parse(lt: LineTree, source: Path) -> subprocess.CompletedProcess[str]:
         raise FileNotFoundError("clang is not installed (apt-get install -y clang)")
     argv = [
         compiler, "-fsyntax-only", "-x", "objective-c++", f"-std={cxx_standard(lt.line)}",
-        "-fobjc-runtime=macosx-10.15",
+        "-fobjc-runtime=macosx-10.15", "-fblocks",  # Apple's clang has blocks on by default
         "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror",
         f"-I{lt.tree / 'aten' / 'src'}",  # the patched headers and our new ones come first
         f"-I{lt.stubs}",
@@ -144,9 +144,23 @@ def parse(lt: LineTree, source: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
 
 
+def patched_headers(series: Sequence[Path]) -> tuple[str, ...]:
+    """The upstream headers the series patches (not the ones it creates), as #include paths."""
+    return tuple(sorted(path.removeprefix("aten/src/") for path in _series_headers(series)))
+
+
+def parse_header(lt: LineTree, header: str, work: Path) -> subprocess.CompletedProcess[str]:
+    """clang -fsyntax-only on an Objective-C++ file that includes one patched upstream header,
+    the way upstream's .mm files include it: the hooks in headers are compiled code."""
+    unit = work / (Path(header).stem + "_unit.mm")
+    unit.write_text(f"#include <{header}>\n", encoding="utf-8")
+    return parse(lt, unit)
+
+
 # --- the hooks' calls -------------------------------------------------------------------
 
-_CALL = re.compile(r"(?P<name>[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)\s*\(")
+# A name, its template arguments if any (`poolUsage<UsageFlags>(`), then the call's parenthesis.
+_CALL = re.compile(r"(?P<name>[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)(?:<[\w:, ]*>)?\s*\(")
 # `Type name(`, `Type<T> name(`, `Type* name(`, `Type& name(`: a declaration, not a call.
 _DECLARATION_BEFORE = re.compile(r"(?P<word>[A-Za-z_]\w*|>)\s*[*&]?\s*$")
 _NOT_CALLS = {
@@ -206,12 +220,30 @@ def declared_text(lt: LineTree) -> str:
     return "\n".join(texts)
 
 
+def replaced_lines(series: Sequence[Path]) -> dict[str, list[str]]:
+    """The upstream lines the hooks replace (removed lines of the same hunks), by path."""
+    import unidiff
+
+    out: dict[str, list[str]] = {}
+    for patch in series:
+        for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
+            path = patched.path.removeprefix("b/")
+            if not patched.is_added_file and path.endswith(HOOKED_SOURCES):
+                out.setdefault(path, []).extend(
+                    line.value.rstrip("\n") for hunk in patched for line in hunk if line.is_removed
+                )
+    return out
+
+
 def undeclared_hook_calls(lt: LineTree, series: Sequence[Path]) -> dict[str, set[str]]:
-    """Per upstream file: the functions its hooks call that no header of the line declares."""
+    """Per upstream file: the functions its hooks call that no header of the line declares.
+    A call the replaced upstream line already made (strtod in a rewrapped line) is upstream's."""
     text = declared_text(lt)
+    replaced = replaced_lines(series)
     missing: dict[str, set[str]] = {}
     for path, added in hook_lines(series).items():
-        names = {name for name in calls(added) if not re.search(rf"\b{re.escape(name)}\s*\(", text)}
+        ours = calls(added) - calls(replaced.get(path, []))
+        names = {name for name in ours if not re.search(rf"\b{re.escape(name)}\s*\(", text)}
         if names:
             missing[path] = names
     return missing

@@ -26,6 +26,12 @@ typedef long NSInteger;
 typedef unsigned long NSUInteger;
 #define NSIntegerMax __LONG_MAX__
 static const NSInteger NSNotFound = NSIntegerMax;
+// What macOS's SDK brings in with Foundation and <time.h> that upstream's MPS headers use
+// without including it themselves (Grand Central Dispatch, a libc++ header, a Darwin clock).
+#include <condition_variable>
+#include <dispatch/dispatch.h>
+#define CLOCK_UPTIME_RAW 8
+extern "C" uint64_t clock_gettime_nsec_np(int clock_id);
 """,
     "Foundation/Foundation.h": """
 #pragma once
@@ -34,12 +40,14 @@ static const NSInteger NSNotFound = NSIntegerMax;
 - (instancetype)retain;
 - (oneway void)release;
 - (instancetype)autorelease;
+- (NSUInteger)retainCount;
 @end
 __attribute__((objc_root_class))
 @interface NSObject <NSObject>
 + (instancetype)new;
 + (instancetype)alloc;
 - (instancetype)init;
+- (void)dealloc;
 + (BOOL)instancesRespondToSelector:(SEL)selector;
 @end
 @interface NSString : NSObject
@@ -76,6 +84,7 @@ Class NSClassFromString(NSString* name);
 #pragma once
 #include <Foundation/Foundation.h>
 typedef enum MTLGPUFamily : NSInteger {
+  MTLGPUFamilyApple1 = 1001,
   MTLGPUFamilyApple7 = 1007,
   MTLGPUFamilyApple8 = 1008,
   MTLGPUFamilyMac2 = 2002,
@@ -87,6 +96,69 @@ typedef enum MTLLanguageVersion : NSUInteger {
   MTLLanguageVersion3_2 = (3 << 16) + 2,
   MTLLanguageVersion4_0 = (4 << 16) + 0,
 } MTLLanguageVersion;
+typedef enum MTLStorageMode : NSUInteger {
+  MTLStorageModeShared = 0,
+  MTLStorageModeManaged = 1,
+  MTLStorageModePrivate = 2,
+  MTLStorageModeMemoryless = 3,
+} MTLStorageMode;
+typedef enum MTLCPUCacheMode : NSUInteger {
+  MTLCPUCacheModeDefaultCache = 0,
+  MTLCPUCacheModeWriteCombined = 1,
+} MTLCPUCacheMode;
+typedef enum MTLHazardTrackingMode : NSUInteger {
+  MTLHazardTrackingModeDefault = 0,
+  MTLHazardTrackingModeUntracked = 1,
+  MTLHazardTrackingModeTracked = 2,
+} MTLHazardTrackingMode;
+typedef enum MTLHeapType : NSInteger {
+  MTLHeapTypeAutomatic = 0,
+  MTLHeapTypePlacement = 1,
+} MTLHeapType;
+typedef enum MTLPurgeableState : NSUInteger {
+  MTLPurgeableStateKeepCurrent = 1,
+  MTLPurgeableStateNonVolatile = 2,
+  MTLPurgeableStateVolatile = 3,
+  MTLPurgeableStateEmpty = 4,
+} MTLPurgeableState;
+#define MTLResourceCPUCacheModeShift 0
+#define MTLResourceStorageModeShift 4
+#define MTLResourceHazardTrackingModeShift 8
+// NS_OPTIONS in Objective-C++: an integer type and its anonymous enum, as Apple's headers expand it.
+typedef NSUInteger MTLResourceOptions;
+enum : NSUInteger {
+  MTLResourceCPUCacheModeDefaultCache = 0,
+  MTLResourceStorageModeShared = 0 << MTLResourceStorageModeShift,
+  MTLResourceStorageModeManaged = 1 << MTLResourceStorageModeShift,
+  MTLResourceStorageModePrivate = 2 << MTLResourceStorageModeShift,
+  MTLResourceHazardTrackingModeUntracked = 1 << MTLResourceHazardTrackingModeShift,
+  MTLResourceHazardTrackingModeTracked = 2 << MTLResourceHazardTrackingModeShift,
+};
+typedef struct {
+  NSUInteger size;
+  NSUInteger align;
+} MTLSizeAndAlign;
+@protocol MTLBuffer <NSObject>
+@property (readonly) NSUInteger length;
+@property (readonly) MTLStorageMode storageMode;
+- (void*)contents;
+@end
+@interface MTLHeapDescriptor : NSObject
+@property NSUInteger size;
+@property MTLStorageMode storageMode;
+@property MTLCPUCacheMode cpuCacheMode;
+@property MTLHazardTrackingMode hazardTrackingMode;
+@property MTLResourceOptions resourceOptions;
+@property MTLHeapType type;
+@end
+@protocol MTLDevice;
+@protocol MTLHeap <NSObject>
+@property (readonly) NSUInteger size;
+- (NSUInteger)maxAvailableSizeWithAlignment:(NSUInteger)alignment;
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options offset:(NSUInteger)offset;
+- (MTLPurgeableState)setPurgeableState:(MTLPurgeableState)state;
+@end
 @protocol MTLDevice <NSObject>
 @property (readonly) NSString* name;
 @property (readonly) uint64_t registryID;
@@ -96,8 +168,57 @@ typedef enum MTLLanguageVersion : NSUInteger {
 @property (readonly) BOOL hasUnifiedMemory;
 @property (readonly) uint64_t recommendedMaxWorkingSetSize;
 - (BOOL)supportsFamily:(MTLGPUFamily)gpuFamily;
+- (id<MTLHeap>)newHeapWithDescriptor:(MTLHeapDescriptor*)descriptor;
+- (MTLSizeAndAlign)heapBufferSizeAndAlignWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
+@property (readonly) NSUInteger maxBufferLength;
+@property (readonly) NSUInteger currentAllocatedSize;
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
 @end
 NSArray<id<MTLDevice>>* MTLCopyAllDevices(void);
+@protocol MTLCommandBuffer;
+typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
+@protocol MTLCommandBuffer <NSObject>
+- (void)addCompletedHandler:(MTLCommandBufferHandler)block;
+- (void)commit;
+- (void)waitUntilCompleted;
+@end
+@protocol MTLCommandQueue <NSObject>
+- (id<MTLCommandBuffer>)commandBuffer;
+@end
+@protocol MTLComputeCommandEncoder <NSObject>
+@end
+@protocol MTLSharedEvent <NSObject>
+@property uint64_t signaledValue;
+@end
+@class MTLSharedEventListener;
+typedef void (^MTLSharedEventNotificationBlock)(id<MTLSharedEvent>, uint64_t value);
+""",
+    "MetalPerformanceShaders/MetalPerformanceShaders.h": """
+#pragma once
+#include <Metal/Metal.h>
+@interface MPSCommandBuffer : NSObject <MTLCommandBuffer>
++ (instancetype)commandBufferFromCommandQueue:(id<MTLCommandQueue>)queue;
+@end
+""",
+    "MetalPerformanceShadersGraph/MetalPerformanceShadersGraph.h": """
+#pragma once
+#include <MetalPerformanceShaders/MetalPerformanceShaders.h>
+@interface MPSGraph : NSObject
+@end
+@interface MPSGraphExecutionDescriptor : NSObject
+@end
+@interface MPSGraphCompilationDescriptor : NSObject
+@end
+@interface NSDictionary : NSObject
+@end
+""",
+    "dispatch/dispatch.h": """
+#pragma once
+typedef struct dispatch_queue_s* dispatch_queue_t;
+""",
+    "mach/vm_page_size.h": """
+#pragma once
+extern unsigned long vm_page_size;
 """,
     "IOKit/IOKitLib.h": """
 #pragma once

@@ -3,9 +3,7 @@
 // program only runs the header's functions and reports what they returned.
 //
 // Input: tab-separated lines. Text fields are "=" + value, or "!" for unset.
-//   case <id> <allow 0|1> <selector> <macos_ok 0|1> <min_macos> [<unified_required 0|1>]
-//                                     (the last: the line's allocator requires
-//                                     unified memory; 0 when left out)
+//   case <id> <allow 0|1> <selector> <macos_ok 0|1> <min_macos>
 //   dev <name> <low_power> <removable> <headless> <unified> <working_set> <registry_id> <mac2> <apple>
 //   later <allow 0|1> <selector>      (optional: a second choice, as after a flag change)
 //   end
@@ -13,7 +11,7 @@
 //   selector <id> <raw>
 //   core <id> <name> <low_power>
 //   metal4 <id> <apple 0|1>
-//   state <id> <macos_ok 0|1> <min_macos> [<unified_required 0|1>]
+//   state <id> <macos_ok 0|1> <min_macos>
 //                                     a scripted run of one DeviceState, on the
 //                                     devices of the dev lines that follow, with
 //                                     PYTORCH_MPS_* unset at the start
@@ -209,13 +207,12 @@ int main() {
     if (f.empty()) {
       continue;
     }
-    if (f[0] == "state" && (f.size() == 4 || f.size() == 5)) {
+    if (f[0] == "state" && f.size() == 4) {
       state_run = StateRun{};
       in_state = true;
       state_run.id = f[1];
       state_run.platform.macos_ok = f[2] == "1";
       state_run.platform.min_macos = f[3];
-      state_run.platform.requires_unified_memory = f.size() == 5 && f[4] == "1";
     } else if (f[0] == "do" && f.size() >= 2 && in_state) {
       state_run.steps.emplace_back(f.begin() + 1, f.end());
     } else if (f[0] == "done" && in_state) {
@@ -223,7 +220,7 @@ int main() {
       if (!run_state(state_run)) {
         return 2;
       }
-    } else if (f[0] == "case" && (f.size() == 6 || f.size() == 7)) {
+    } else if (f[0] == "case" && f.size() == 6) {
       in_state = false;
       current = Case{};
       current.id = f[1];
@@ -231,7 +228,6 @@ int main() {
       current.options.selector = policy::parse_device_selector(raw(f[3]));
       current.platform.macos_ok = f[4] == "1";
       current.platform.min_macos = f[5];
-      current.platform.requires_unified_memory = f.size() == 7 && f[6] == "1";
     } else if (f[0] == "dev" && f.size() == 10) {
       policy::DeviceProps d;
       d.name = f[1];
@@ -261,7 +257,7 @@ int main() {
           ? "none"
           : (s.kind == policy::DeviceSelector::Kind::index ? "index" : "name");
       std::cout << "{\"id\": " << json(f[1]) << ", \"kind\": \"" << kind << "\", \"index\": " << s.index
-                << ", \"text\": " << json(s.text) << "}\n";
+                << ", \"text\": " << json(s.text) << ", \"warning\": " << json(s.warning) << "}\n";
     } else if (f[0] == "core" && f.size() == 4) {
       policy::DeviceProps d;
       d.name = f[2];

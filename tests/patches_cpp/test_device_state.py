@@ -29,13 +29,9 @@ def run_state(
     steps: list[tuple[str, ...]],
     *,
     macos_ok: bool = True,
-    unified_required: bool = False,
 ) -> list[dict[str, Any]]:
-    """One fresh DeviceState on ``devices`` (in Metal's order); a record per step.
-
-    ``unified_required``: the line's MPS allocator requires unified memory (2.14.1, 2.15.0).
-    """
-    lines = ["\t".join(["state", "s", "1" if macos_ok else "0", "14.0", "1" if unified_required else "0"])]
+    """One fresh DeviceState on ``devices`` (in Metal's order); a record per step."""
+    lines = ["\t".join(["state", "s", "1" if macos_ok else "0", "14.0"])]
     lines += [d.line() for d in devices]
     lines += ["\t".join(["do", *step]) for step in steps]
     lines.append("done")
@@ -287,54 +283,27 @@ def test_the_report_json_carries_every_status_field(driver: Path) -> None:
     assert tuple(report["value"][0]) == DEVICE_INFO_FIELDS
 
 
-# 2.14.1 and 2.15.0: the MPS allocator requires unified memory (upstream's TORCH_CHECK in
-# MPSAllocator.mm), so a dual-GPU MacBook Pro has no usable GPU until the Intel one is allowed.
+# Every line, 2.14.1 and 2.15.0 included: the allocator patches (0008, 0009) make AMD GPUs
+# usable, so a dual-GPU MacBook Pro runs on its AMD GPU, and naming it picks it.
 
 
-def test_dual_gpu_macbook_pro_on_a_unified_memory_line_opts_in_to_the_intel_gpu(driver: Path) -> None:
-    records = run_state(
-        driver,
-        (UHD630, PRO5500M),
-        [("scan",), ("report",), ("set", "1"), ("scan",), ("report",), ("set", "0")],
-        unified_required=True,
-    )
-    first, report, allow, rescan, report_after, disallow = records
-    assert selected(first) is None, "the AMD GPU would fail at the first allocation"
-    reason = first["selection"]["reason"]
-    assert "requires a GPU with unified memory, and [0] AMD Radeon Pro 5500M has none" in reason
-    assert ALLOW in reason and "torch 2.9.1+intelmac" in reason
-    (amd,) = [d for d in report["value"] if d["name"] == PRO5500M.name]
-    assert not amd["eligible"] and amd["skip_reason"].startswith("no unified memory")
-    assert allow["change"] == "rescan", "a scan that chose nothing does not block the opt-in"
-    assert selected(rescan) == UHD630.name
-    assert [w for w in rescan["warnings"] if "integrated GPU" in w], "the low-power warning"
-    (amd,) = [d for d in report_after["value"] if d["name"] == PRO5500M.name]
-    assert not amd["eligible"] and amd["skip_reason"].startswith("no unified memory")
-    assert disallow["change"] == "refused" and "would select no device" in disallow["error"]
-    assert selected(disallow) == UHD630.name
-
-
-def test_the_same_macbook_pro_without_the_requirement_keeps_the_amd_gpu(driver: Path) -> None:
-    records = run_state(driver, (UHD630, PRO5500M), [("scan",), ("set", "1")], unified_required=False)
-    scan, allow = records
+def test_dual_gpu_macbook_pro_keeps_the_amd_gpu(driver: Path) -> None:
+    records = run_state(driver, (UHD630, PRO5500M), [("scan",), ("report",), ("set", "1")])
+    scan, report, allow = records
     assert selected(scan) == PRO5500M.name and status_of(scan, PRO5500M.name)["eligible"]
+    (amd,) = [d for d in report["value"] if d["name"] == PRO5500M.name]
+    assert amd["eligible"] and amd["selected"] and not amd["skip_reason"]
     assert allow["change"] == "stored" and selected(allow) == PRO5500M.name
 
 
-def test_the_opt_in_from_the_environment_on_a_unified_memory_line(driver: Path) -> None:
-    records = run_state(
-        driver, (PRO5500M, UHD630), [setenv(ALLOW, "1"), ("scan",)], unified_required=True
-    )
-    assert selected(records[1]) == UHD630.name
+def test_naming_the_amd_gpu_picks_it(driver: Path) -> None:
+    records = run_state(driver, (UHD630, PRO5500M), [setenv(DEVICE, "5500M"), ("scan",)])
+    assert selected(records[1]) == PRO5500M.name
 
 
-def test_naming_the_amd_gpu_on_a_unified_memory_line_explains_it(driver: Path) -> None:
-    records = run_state(
-        driver, (UHD630, PRO5500M), [setenv(DEVICE, "5500M"), ("scan",)], unified_required=True
-    )
-    scan = records[1]
-    assert selected(scan) is None
-    assert (
-        "PYTORCH_MPS_DEVICE='5500M' picks [0] AMD Radeon Pro 5500M, which has no unified memory"
-        in scan["selection"]["reason"]
-    )
+def test_a_blank_device_variable_warns_once_and_picks_nothing(driver: Path) -> None:
+    """PYTORCH_MPS_DEVICE of blanks only: warned about once, as a blank flag is; the default choice stands."""
+    records = run_state(driver, (UHD630, PRO5500M), [setenv(DEVICE, "  "), ("scan",), ("scan",)])
+    found = all_warnings(records)
+    assert len(found) == 1 and f"{DEVICE}='  '" in found[0], found
+    assert selected(records[-1]) == PRO5500M.name

@@ -57,6 +57,18 @@ def test_our_objective_cxx_parses_against_the_line_headers(line: str, tmp_path: 
 
 
 @pytest.mark.parametrize("line", LINES)
+def test_patched_upstream_headers_parse(line: str, tmp_path: Path) -> None:
+    """Hooks in upstream headers (MPSDevice.h, MPSAllocator.h) are code every .mm compiles:
+    each patched header of the line parses with its hooks, against the line's other headers."""
+    lt = _line_tree(line, tmp_path)
+    headers = objc_lines.patched_headers(list(catalog.load().line(line).patches))
+    assert "ATen/mps/MPSAllocator.h" in headers and "ATen/mps/MPSDevice.h" in headers, headers
+    for header in headers:
+        result = objc_lines.parse_header(lt, header, tmp_path)
+        assert result.returncode == 0, f"{line}: {header}\n{result.stderr[-6000:]}"
+
+
+@pytest.mark.parametrize("line", LINES)
 def test_hooks_call_only_what_the_line_declares(line: str, tmp_path: Path) -> None:
     lt = _line_tree(line, tmp_path)
     series = list(catalog.load().line(line).patches)
@@ -145,5 +157,7 @@ def test_calls_are_told_from_declarations() -> None:
         "bool deviceSupportsMetal4() {",
         "    if (i != chosen && at::mps::is_macos_at_least(v)) { [device isLowPower]; obj.method(); }",
         "  return helper(1);",
+        "  auto& pool = get_pool(size, at::mps::requestUsage<UsageFlags>(m_device, usage, reuse));",
     ]
-    assert objc_lines.calls(lines) == {"policy_state", "fallbackCoreCount", "is_macos_at_least", "helper"}
+    assert objc_lines.calls(lines) == {"policy_state", "fallbackCoreCount", "is_macos_at_least", "helper",
+                                       "get_pool", "requestUsage"}

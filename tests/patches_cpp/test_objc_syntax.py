@@ -47,7 +47,7 @@ def _clang(stubs: Path, tree: Path, source: Path) -> subprocess.CompletedProcess
     if clang is None:
         pytest.skip("clang is not installed (optional: apt-get install -y clang)")
     return subprocess.run(
-        [clang, "-fsyntax-only", "-x", "objective-c++", "-std=c++17", "-fobjc-runtime=macosx-10.15",
+        [clang, "-fsyntax-only", "-x", "objective-c++", "-std=c++17", "-fobjc-runtime=macosx-10.15", "-fblocks",
          "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-unused-function", "-Werror",
          f"-I{stubs}", f"-I{tree / 'aten/src'}", str(source)],
         capture_output=True, text=True, check=False, timeout=120,

@@ -13,7 +13,7 @@ import itertools
 import json
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +78,6 @@ class Config:
     out_of_range: Expect
     macos_ok: bool = True
     extra: tuple[tuple[str, Expect], ...] = field(default_factory=tuple)
-    # The release line's MPS allocator requires unified memory (2.14.1 and 2.15.0: upstream's
-    # TORCH_CHECK in MPSAllocator.mm), as its MPSDevice.h hook says.
-    unified_required: bool = False
 
 
 def only_intel(name: str) -> Expect:
@@ -97,21 +94,7 @@ def ambiguous(text: str, *names: str) -> Expect:
     return Expect(None, (f"PYTORCH_MPS_DEVICE='{text}' is ambiguous", *names))
 
 
-# On a line whose MPS allocator requires unified memory: what the user can do is named.
-NO_UNIFIED = ("MPSAllocator.mm", "torch 2.9.1+intelmac has no such check")
 OPT_IN = ("PYTORCH_MPS_ALLOW_INTEL_GPU=1", "torch.backends.mps.allow_intel_gpu = True")
-
-
-def none_unified(lacking: str, intel: str | None = None) -> Expect:
-    """Unavailable by default: the discrete GPUs lack unified memory, the Intel GPU (if any) is not allowed."""
-    has = (f"the MPS allocator of this PyTorch requires a GPU with unified memory, and {lacking}", *NO_UNIFIED)
-    if intel is None:
-        return Expect(None, has, reason_lacks=OPT_IN)
-    return Expect(None, (*has, f"the Intel GPU ({intel}) has it but is not used unless allowed", *OPT_IN))
-
-
-def picks_no_unified(selector: str, device: str) -> Expect:
-    return Expect(None, (f"PYTORCH_MPS_DEVICE='{selector}' picks {device}, which has no unified memory", *NO_UNIFIED))
 
 
 CONFIGS = [
@@ -211,65 +194,6 @@ CONFIGS = [
            macos_ok=False),
 ]
 
-REQUIRED = " | allocator requires unified memory (2.14.1, 2.15.0)"
-
-# The same Macs on 2.14.1 and 2.15.0, whose allocator refuses a device without unified memory:
-# their AMD GPUs are skipped with the reason; Intel GPUs (unified memory) still run when allowed.
-CONFIGS += [
-    Config('MacBook Pro 16" 2019 (UHD 630 + Radeon Pro 5500M)' + REQUIRED, (UHD630, PRO5500M), (PRO5500M, UHD630),
-           default=none_unified("[0] AMD Radeon Pro 5500M has none", UHD630.name), allowed=Expect(UHD630.name),
-           by_index={0: picks_no_unified("0", "[0] AMD Radeon Pro 5500M"), 1: Expect(UHD630.name)},
-           by_name=("uhd graphics", Expect(UHD630.name)),
-           ambiguous=("a", ambiguous("a", "[0] AMD Radeon Pro 5500M", "[1] Intel(R) UHD Graphics 630")),
-           out_of_range=out_of_range(2, "[0] AMD Radeon Pro 5500M", "[1] Intel(R) UHD Graphics 630"),
-           extra=(("5500m", picks_no_unified("5500m", "[0] AMD Radeon Pro 5500M")),),
-           unified_required=True),
-    Config('MacBook Pro 15" 2018 (UHD 630 + Radeon Pro 560X)' + REQUIRED, (UHD630, PRO560X), (PRO560X, UHD630),
-           default=none_unified("[0] AMD Radeon Pro 560X has none", UHD630.name), allowed=Expect(UHD630.name),
-           by_index={0: picks_no_unified("0", "[0] AMD Radeon Pro 560X"), 1: Expect(UHD630.name)},
-           by_name=("560X", picks_no_unified("560X", "[0] AMD Radeon Pro 560X")),
-           ambiguous=("r", ambiguous("r", PRO560X.name, UHD630.name)),
-           out_of_range=out_of_range(2, PRO560X.name),
-           unified_required=True),
-    Config("iMac 2020 (Radeon Pro 5700 XT)" + REQUIRED, (PRO5700XT,), (PRO5700XT,),
-           default=none_unified("[0] AMD Radeon Pro 5700 XT has none"),
-           allowed=none_unified("[0] AMD Radeon Pro 5700 XT has none"),
-           by_index={0: picks_no_unified("0", "[0] AMD Radeon Pro 5700 XT")},
-           by_name=("5700 xt", picks_no_unified("5700 xt", "[0] AMD Radeon Pro 5700 XT")),
-           ambiguous=("radeon", picks_no_unified("radeon", "[0] AMD Radeon Pro 5700 XT")),
-           out_of_range=out_of_range(1, PRO5700XT.name),
-           unified_required=True),
-    Config("Mac Pro 2019 (two Radeon Pro Vega II)" + REQUIRED, (VEGA_A, VEGA_B), (VEGA_B, VEGA_A),
-           default=none_unified("[0] AMD Radeon Pro Vega II, [1] AMD Radeon Pro Vega II have none"),
-           allowed=none_unified("[0] AMD Radeon Pro Vega II, [1] AMD Radeon Pro Vega II have none"),
-           by_index={0: picks_no_unified("0", "[0] AMD Radeon Pro Vega II"),
-                     1: picks_no_unified("1", "[1] AMD Radeon Pro Vega II")},
-           by_name=("AMD Radeon Pro Vega II", ambiguous("AMD Radeon Pro Vega II", "[0] AMD Radeon Pro Vega II",
-                                                        "[1] AMD Radeon Pro Vega II")),
-           ambiguous=("vega", ambiguous("vega", "[0] AMD Radeon Pro Vega II", "[1] AMD Radeon Pro Vega II")),
-           out_of_range=out_of_range(2, "[1] AMD Radeon Pro Vega II"),
-           unified_required=True),
-    Config('MacBook Pro 13" 2019 (Iris Plus 655) + RX 580 eGPU' + REQUIRED, (IRIS655, RX580_EGPU),
-           (RX580_EGPU, IRIS655),
-           default=none_unified("[0] AMD Radeon RX 580 has none", IRIS655.name), allowed=Expect(IRIS655.name),
-           by_index={0: picks_no_unified("0", "[0] AMD Radeon RX 580"), 1: Expect(IRIS655.name)},
-           by_name=("rx 580", picks_no_unified("rx 580", "[0] AMD Radeon RX 580")),
-           ambiguous=("r", ambiguous("r", RX580_EGPU.name, IRIS655.name)),
-           out_of_range=out_of_range(2, RX580_EGPU.name, IRIS655.name),
-           extra=(("580", picks_no_unified("580", "[0] AMD Radeon RX 580")), ("655", Expect(IRIS655.name))),
-           unified_required=True),
-    Config('MacBook Pro 16" 2019 + RX 580 eGPU' + REQUIRED, (UHD630, PRO5500M, RX580_EGPU),
-           (RX580_EGPU, PRO5500M, UHD630),
-           default=none_unified("[0] AMD Radeon RX 580, [1] AMD Radeon Pro 5500M have none", UHD630.name),
-           allowed=Expect(UHD630.name),
-           by_index={0: picks_no_unified("0", "[0] AMD Radeon RX 580"),
-                     1: picks_no_unified("1", "[1] AMD Radeon Pro 5500M"), 2: Expect(UHD630.name)},
-           by_name=("Radeon Pro", picks_no_unified("Radeon Pro", "[1] AMD Radeon Pro 5500M")),
-           ambiguous=("amd", ambiguous("amd", RX580_EGPU.name, PRO5500M.name)),
-           out_of_range=out_of_range(3, RX580_EGPU.name, PRO5500M.name, UHD630.name),
-           extra=(("630", Expect(UHD630.name)),),
-           unified_required=True),
-]
 
 
 def _scenarios(config: Config) -> Iterator[tuple[str, bool, str | None, Expect]]:
@@ -303,8 +227,7 @@ def policy_results(driver: Path) -> dict[str, dict[str, Any]]:
         for s, (_label, allow, selector, _expect) in enumerate(_scenarios(config)):
             for p, devices in enumerate(itertools.permutations(config.devices)):
                 lines.append("\t".join(["case", f"{c}/{s}/{p}", "1" if allow else "0", _field(selector),
-                                        "1" if config.macos_ok else "0", "14.0",
-                                        "1" if config.unified_required else "0"]))
+                                        "1" if config.macos_ok else "0", "14.0"]))
                 lines += [d.line() for d in devices]
                 lines.append("end")
     return run_driver(driver, lines)
@@ -361,52 +284,25 @@ def test_intel_gpu_is_skipped_by_default_with_a_reason(policy_results: dict[str,
     assert allowed["eligible"] and "ranked after [0] AMD Radeon Pro 5500M" in allowed["skip_reason"]
 
 
-def test_no_unified_memory_is_each_skipped_devices_reason(policy_results: dict[str, dict[str, Any]]) -> None:
-    """On a line that requires it, every Mac2 GPU without unified memory is ineligible, and says why."""
-    checked = 0
-    for c, config in enumerate(CONFIGS):
-        if not config.unified_required:
-            continue
-        lacking = {d.registry_id for d in config.devices if d.mac2 and not d.unified_memory}
-        for s, (label, _allow, selector, _expect) in enumerate(_scenarios(config)):
-            for status in policy_results[f"{c}/{s}/0"]["result"]["devices"]:
-                if status["registry_id"] not in lacking:
-                    continue
-                assert not status["eligible"] and not status["selected"], (config.name, label)
-                if selector is None:
-                    assert status["skip_reason"].startswith("no unified memory: the MPS allocator of this "
-                                                            "PyTorch requires it"), (config.name, label)
-                    checked += 1
-    assert checked >= 16
-
-
-def _with_requirement(driver: Path, config: Config, required: bool) -> list[dict[str, Any]]:
-    lines: list[str] = []
-    for s, (_label, allow, selector, _expect) in enumerate(_scenarios(config)):
-        lines.append("\t".join(["case", str(s), "1" if allow else "0", _field(selector),
-                                "1" if config.macos_ok else "0", "14.0", "1" if required else "0"]))
-        lines += [d.line() for d in config.devices] + ["end"]
-    results = run_driver(driver, lines)
-    return [results[str(s)] for s in range(len(results))]
-
-
-UNIFIED_OR_UNUSABLE = [cfg for cfg in CONFIGS if not cfg.unified_required and
-                       (not cfg.macos_ok or all(d.unified_memory or not d.mac2 for d in cfg.devices))]
-
-
-@pytest.mark.parametrize("config", UNIFIED_OR_UNUSABLE, ids=[cfg.name for cfg in UNIFIED_OR_UNUSABLE])
-def test_the_requirement_changes_nothing_where_no_usable_device_lacks_unified_memory(
-        driver: Path, config: Config) -> None:
-    """Intel-only Macs, Apple silicon, a VM, a too old macOS: the same result on every line."""
-    assert _with_requirement(driver, config, True) == _with_requirement(driver, config, False)
-
-
-def test_every_mac_with_an_amd_gpu_is_also_checked_on_a_line_requiring_unified_memory() -> None:
-    def names(cfg: Config) -> str:
-        return cfg.name.removesuffix(REQUIRED)
-    with_amd = {names(cfg) for cfg in CONFIGS if any(d.mac2 and not d.unified_memory for d in cfg.devices)
-                and cfg.macos_ok}
-    assert with_amd == {names(cfg) for cfg in CONFIGS if cfg.unified_required}
+def test_unified_memory_never_decides(driver: Path) -> None:
+    """No line requires unified memory any more (the allocator patches 0008/0009 keep memory
+    where Metal allows it): flipping every device's unified memory changes no result."""
+    def results(flip: bool) -> list[dict[str, Any]]:
+        lines: list[str] = []
+        for c, config in enumerate(CONFIGS):
+            for s, (_label, allow, selector, _expect) in enumerate(_scenarios(config)):
+                lines.append("\t".join(["case", f"{c}/{s}", "1" if allow else "0", _field(selector),
+                                        "1" if config.macos_ok else "0", "14.0"]))
+                lines += [replace(d, unified_memory=d.unified_memory != flip).line() for d in config.devices]
+                lines.append("end")
+        found = run_driver(driver, lines)
+        for result in found.values():
+            for status in result["result"]["devices"]:
+                status.pop("unified_memory", None)
+        return [found[key] for key in sorted(found)]
+    amd = [cfg for cfg in CONFIGS if any(d.mac2 and not d.unified_memory and not d.low_power for d in cfg.devices)]
+    assert len(amd) >= 4, "the configurations lost their AMD GPUs"
+    assert results(True) == results(False)
 
 
 LATE = [
@@ -470,6 +366,9 @@ SELECTORS = [
     ("0", "index", 0), (" 2 ", "index", 2), ("uhd", "name", None), ("Radeon Pro", "name", None),
     ("", "none", None), (None, "none", None), ("-1", "name", None),
     ("99999999999999999999999", "index", None),  # parses, and is simply out of range
+    # Leading zeros go before the size check: 22 digits, but index 1.
+    ("0000000000000000000001", "index", 1), ("000", "index", 0), (" 0002 ", "index", 2),
+    ("1000000000000000000", "index", None),  # 19 significant digits: saturated, out of range
 ]
 
 
@@ -481,6 +380,42 @@ def test_parse_device_selector(driver: Path, raw: str | None, kind: str, index: 
         assert result["index"] == index
     if kind == "name":
         assert result["text"] == raw.strip()  # type: ignore[union-attr]
+    assert result["warning"] == ""
+
+
+@pytest.mark.parametrize("raw", ["   ", " ", " \f "], ids=repr)
+def test_a_blank_device_selector_warns_like_a_blank_allow_variable(driver: Path, raw: str) -> None:
+    result = run_driver(driver, ["\t".join(["selector", "x", _field(raw)])])["x"]
+    assert result["kind"] == "none"
+    assert f"PYTORCH_MPS_DEVICE='{raw}'" in result["warning"] and "using the default choice" in result["warning"]
+
+
+def test_a_device_index_with_leading_zeros_picks_that_index(driver: Path) -> None:
+    lines = ["\t".join(["case", "z", "0", _field("0000000000000000000001"), "1", "14.0"]),
+             UHD630.line(), PRO5500M.line(), "end"]
+    assert run_driver(driver, lines)["z"]["result"]["selected"] == UHD630.name  # [1] in devices()
+
+
+ACCENTED = "Radeon Pro \u00e9dition"  # a made-up name with a two-byte UTF-8 character
+
+
+@pytest.mark.parametrize(("selector", "expected"), [
+    ("\u00e9dition", ACCENTED),      # the whole character matches
+    ("pro \u00e9", ACCENTED),
+    ("pro \xc3", None),              # only the first byte of "\u00e9": no match
+    ("\xa9dition", None),            # only its second byte, then the rest
+])
+def test_a_name_match_is_never_half_a_utf8_character(driver: Path, selector: str, expected: str | None) -> None:
+    dev = Dev(ACCENTED, 0x100000a00)
+    raw = selector.encode("latin-1") if any(0x80 <= ord(c) < 0x100 for c in selector) and "\u00e9" not in selector \
+        else selector.encode("utf-8")
+    lines = [b"\t".join([b"case", b"u", b"0", b"=" + raw, b"1", b"14.0"]), dev.line().encode("utf-8"), b"end"]
+    done = subprocess.run([str(driver)], input=b"\n".join(lines) + b"\n", capture_output=True, check=True,
+                          timeout=60)
+    result = json.loads(done.stdout.decode("utf-8", "replace").splitlines()[0])["result"]
+    assert result["selected"] == expected, result["reason"]
+    if expected is None:
+        assert "matches no Metal device name" in result["reason"]
 
 
 CORES = [
@@ -512,3 +447,17 @@ def test_a_full_name_picks_its_device_even_inside_a_longer_name(driver: Path) ->
             lines += [d.line() for d in devices] + ["end"]
             result = run_driver(driver, lines)["x"]["result"]
             assert result["selected"] == expected, (selector, p, result["reason"])
+
+
+FULL_NAME_RULE = "full name picks that device even when it is also part of a longer name"
+
+
+def test_the_docs_state_the_full_name_rule_the_code_follows() -> None:
+    """test_a_full_name_picks_its_device_even_inside_a_longer_name checks the code; the docs say the same."""
+    repo = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/mps-device-policy.md"):
+        text = " ".join((repo / doc).read_text(encoding="utf-8").split())
+        assert FULL_NAME_RULE in text, doc
+    header = repo / "patches/src/aten/src/ATen/mps/MPSDevicePolicy.h"
+    assert "full name picks that device even when it is" in " ".join(header.read_text().replace("//", "").split())
+

@@ -265,6 +265,29 @@ def _cast_checks(device: str) -> Iterator[Check]:
             )
 
 
+def _first_and_small_checks(device: str) -> Iterator[Check]:
+    """The group's first allocation is a one-element tensor (the memory group runs in a
+    fresh process), then tensors of 8 bytes or less: on an Intel GPU those sit in the
+    allocator's CPU-visible pool (issue 16), on 2.14.1 and later every tensor did."""
+
+    def first_allocation() -> Pairs:
+        dev = torch.tensor([3.5], device=device)
+        return [(dev, torch.tensor([3.5])), (dev * 2, torch.tensor([7.0]))]
+
+    yield Check("first_allocation", first_allocation)
+    small = {"float32": torch.tensor([1.25, -2.5]), "float16": torch.tensor([0.5], dtype=torch.float16),
+             "int64": torch.tensor([2**40 + 1]), "bool": torch.tensor([True])}
+    for name, host in small.items():
+
+        def ops(host: torch.Tensor = host) -> Pairs:
+            dev = host.to(device)
+            if host.dtype == torch.bool:
+                return [(dev, host), (~dev, ~host), (dev.to(torch.int32) + 1, host.to(torch.int32) + 1)]
+            return [(dev, host), (dev + dev, host + host), (dev * 3, host * 3), (dev.sum(), host.sum())]
+
+        yield Check(f"small_tensor:{name}", ops)
+
+
 def _scalar_checks(device: str) -> Iterator[Check]:
     f = _host((33, 31), torch.float32, 8) / 100
     h = f.half()
@@ -462,6 +485,7 @@ _NOTES: dict[str, str] = {}
 def checks(device: str, budget: int | None, fraction: float) -> list[Check]:
     out: list[Check] = []
     for make in (
+        _first_and_small_checks,
         _copy_checks,
         _non_blocking_checks,
         _strided_checks,

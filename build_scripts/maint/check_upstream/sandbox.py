@@ -72,8 +72,7 @@ _mac = json.loads(os.environ.get("INTELMAC_SANDBOX_MAC", "[]"))
 _devices = (_Device * max(len(_mac), 1))(*[
     _Device(d["name"].encode(), d["low_power"], d["removable"], d["headless"], d["unified_memory"],
             d["working_set"], d["registry_id"], d["supports_mac2"], d["apple_gpu"]) for d in _mac])
-# INTELMAC_SANDBOX_UNIFIED_ONLY=1: a line whose MPS allocator requires unified memory (2.14.1, 2.15.0).
-_lib.shim_configure(_devices, len(_mac), 1, b"14.0", int(os.environ.get("INTELMAC_SANDBOX_UNIFIED_ONLY", "0")))
+_lib.shim_configure(_devices, len(_mac), 1, b"14.0")
 
 
 def _flush():

@@ -66,8 +66,7 @@ struct ShimDevice {
   int apple_gpu;
 };
 
-void shim_configure(const ShimDevice* devices, size_t count, int macos_ok, const char* min_macos,
-                    int requires_unified_memory) {
+void shim_configure(const ShimDevice* devices, size_t count, int macos_ok, const char* min_macos) {
   mac = FakeMac();
   for (size_t i = 0; i < count; ++i) {
     policy::DeviceProps props;
@@ -84,7 +83,6 @@ void shim_configure(const ShimDevice* devices, size_t count, int macos_ok, const
   }
   mac.platform.macos_ok = macos_ok != 0;
   mac.platform.min_macos = min_macos ? min_macos : "";
-  mac.platform.requires_unified_memory = requires_unified_memory != 0; // 2.14.1, 2.15.0
 }
 
 int shim_is_available() {

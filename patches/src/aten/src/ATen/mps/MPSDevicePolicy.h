@@ -34,10 +34,10 @@
 //      rank before low-power (integrated Intel) ones.
 //   3. A low-power GPU is used only when allowed (allow_intel_gpu) and no other
 //      eligible device exists, or when PYTORCH_MPS_DEVICE picks it.
-//   3a. On a line whose MPS allocator requires unified memory (2.14.1, 2.15.0;
-//      Platform::requires_unified_memory), a device without it is not eligible,
-//      picked or not: discrete AMD GPUs are skipped with the reason, Intel GPUs
-//      (unified memory) still run when allowed.
+//   3a. Unified memory is not required on any line: the allocator patches
+//      (0008, 0009) keep memory where Metal allows it on Intel and AMD GPUs, so
+//      an AMD GPU is eligible on 2.14.1 and 2.15.0 too, where upstream's
+//      allocator refused it.
 //   4. The result does not depend on the order MTLCopyAllDevices() returns.
 //   5. On Apple silicon the choice is upstream's: the first Mac2 device in
 //      MTLCopyAllDevices() order; the options above have no effect there.
@@ -59,10 +59,6 @@ namespace at::mps::policy {
 
 inline constexpr const char* kAllowIntelGpuEnv = "PYTORCH_MPS_ALLOW_INTEL_GPU";
 inline constexpr const char* kDeviceEnv = "PYTORCH_MPS_DEVICE";
-// The newest release line of intelmac-torch whose MPS allocator has no unified
-// memory check, named to owners of AMD GPUs on the lines that have one
-// (tests/patches_cpp/test_series.py keeps it in step with the hooks of patch 0005).
-inline constexpr const char* kLineWithoutUnifiedMemoryCheck = "2.9.1";
 
 // What MPSDevice.mm reads from one id<MTLDevice>.
 struct DeviceProps {
@@ -104,8 +100,25 @@ inline std::string lower(std::string_view text) {
   return out;
 }
 
+// A byte that continues a UTF-8 character (10xxxxxx), never the start of one.
+inline bool utf8_continuation(char c) {
+  return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+}
+
+// Whether `needle` occurs in `haystack`, any (ASCII) case, starting and ending on
+// whole UTF-8 characters: a needle never matches half of a character of a name.
 inline bool contains_ci(std::string_view haystack, std::string_view needle) {
-  return lower(haystack).find(lower(needle)) != std::string::npos;
+  const std::string text = lower(haystack);
+  const std::string part = lower(needle);
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) {
+    const std::size_t end = at + part.size();
+    const bool starts_whole = at == text.size() || !utf8_continuation(text[at]);
+    const bool ends_whole = end >= text.size() || !utf8_continuation(text[end]);
+    if (starts_whole && ends_whole) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // Whether `word` is one of the words of `name` (runs of letters and digits), any case.
@@ -160,15 +173,19 @@ inline EnvBool parse_bool_env(std::string_view variable, const char* raw) {
   return result;
 }
 
-// PYTORCH_MPS_DEVICE: all digits is an index into devices() (the stable order);
-// any other text is a case-insensitive part of a device name. A number that is
-// no valid index picks by name when it is a whole word of a name ("580" of
-// "AMD Radeon RX 580"; "3" is no word of "Intel(R) UHD Graphics 630").
+// PYTORCH_MPS_DEVICE: all digits is an index into devices() (the stable order;
+// leading zeros ignored); any other text is a case-insensitive part of a device
+// name. A name that is one device's full name picks that device even when it is
+// also part of a longer name. A number that is no valid index picks by name when
+// it is a whole word of a name ("580" of "AMD Radeon RX 580"; "3" is no word of
+// "Intel(R) UHD Graphics 630"). Unset or empty: no choice. Blanks only: no
+// choice, with a warning, as for PYTORCH_MPS_ALLOW_INTEL_GPU.
 struct DeviceSelector {
   enum class Kind { none, index, name };
   Kind kind = Kind::none;
   std::size_t index = 0;
-  std::string text; // as given, trimmed; for messages
+  std::string text;    // as given, trimmed; for messages
+  std::string warning; // empty unless the value was not understood
 };
 
 inline DeviceSelector parse_device_selector(const char* raw) {
@@ -178,15 +195,21 @@ inline DeviceSelector parse_device_selector(const char* raw) {
   }
   selector.text = detail::trim(raw);
   if (selector.text.empty()) {
+    // Only an empty value means unset; "   " is a mistake worth a warning.
+    if (*raw != '\0') {
+      selector.warning = "Ignoring " + std::string(kDeviceEnv) + "='" + std::string(raw) +
+          "': expected an index from torch.backends.mps.devices() or a part of one device name; "
+          "using the default choice";
+    }
     return selector;
   }
-  // Indexes past what size_t holds are out of range anyway; saturate rather than overflow.
-  if (detail::all_digits(selector.text) && selector.text.size() < 19) {
+  if (detail::all_digits(selector.text)) {
     selector.kind = DeviceSelector::Kind::index;
-    selector.index = static_cast<std::size_t>(std::stoull(selector.text));
-  } else if (detail::all_digits(selector.text)) {
-    selector.kind = DeviceSelector::Kind::index;
-    selector.index = static_cast<std::size_t>(-1);
+    // Leading zeros first ("0000000000000000000001" is 1); then a number of 19
+    // or more digits is past any index, and past what size_t holds: saturate.
+    const std::size_t first = selector.text.find_first_not_of('0');
+    const std::string digits = first == std::string::npos ? "0" : selector.text.substr(first);
+    selector.index = digits.size() < 19 ? static_cast<std::size_t>(std::stoull(digits)) : static_cast<std::size_t>(-1);
   } else {
     selector.kind = DeviceSelector::Kind::name;
   }
@@ -203,11 +226,6 @@ struct Options {
 struct Platform {
   bool macos_ok = true;  // upstream's MPSGraph selector probe passed
   std::string min_macos; // e.g. "14.0", for the message when it did not
-  // The line's MPS allocator refuses a device without unified memory:
-  // MPSHeapAllocatorImpl::init_allocator() has TORCH_CHECK(hasUnifiedMemory)
-  // (2.14.1 and 2.15.0 binaries; not 2.6.0 or 2.9.1). Choosing a discrete AMD
-  // GPU there would only move the failure to the first allocation.
-  bool requires_unified_memory = false;
 };
 
 // ---------------------------------------------------------------------------
@@ -301,21 +319,6 @@ inline std::string opt_in_hint() {
 
 inline const char* no_mac2_reason() {
   return "does not support Metal GPU family Mac2, which the MPS backend needs";
-}
-
-// Whether the line's allocator would refuse this device (Platform::requires_unified_memory).
-inline bool lacks_unified_memory(const DeviceProps& device, const Platform& platform) {
-  return platform.requires_unified_memory && !device.unified_memory;
-}
-
-inline std::string unified_memory_check() {
-  return std::string("(upstream's check in MPSAllocator.mm would fail at the first allocation); torch ") +
-      kLineWithoutUnifiedMemoryCheck + "+intelmac has no such check";
-}
-
-// The skip reason of a device that lacks_unified_memory().
-inline std::string no_unified_memory_reason() {
-  return "no unified memory: the MPS allocator of this PyTorch requires it " + unified_memory_check();
 }
 
 inline std::string selector_text(const DeviceSelector& selector) {
@@ -435,8 +438,7 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
   }
 
   for (auto& status : all) {
-    status.eligible = status.props.supports_mac2 && (!status.props.low_power || options.allow_intel_gpu) &&
-        !detail::lacks_unified_memory(status.props, platform);
+    status.eligible = status.props.supports_mac2 && (!status.props.low_power || options.allow_intel_gpu);
   }
 
   if (options.selector.kind != DeviceSelector::Kind::none) {
@@ -445,9 +447,6 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
     if (picked && !all[*picked].props.supports_mac2) {
       reason = detail::selector_text(options.selector) + " picks " + detail::describe(all[*picked]) + ", which " +
           detail::no_mac2_reason() + "; the Metal devices are: " + detail::list_devices(all);
-    } else if (picked && detail::lacks_unified_memory(all[*picked].props, platform)) {
-      reason = detail::selector_text(options.selector) + " picks " + detail::describe(all[*picked]) +
-          ", which has " + detail::no_unified_memory_reason() + "; the Metal devices are: " + detail::list_devices(all);
     } else if (picked) {
       // Picking a low-power GPU by name or index is an explicit opt-in.
       all[*picked].eligible = true;
@@ -459,8 +458,6 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
       }
       if (!all[i].props.supports_mac2) {
         all[i].skip_reason = detail::no_mac2_reason();
-      } else if (detail::lacks_unified_memory(all[i].props, platform)) {
-        all[i].skip_reason = detail::no_unified_memory_reason();
       } else if (picked) {
         all[i].skip_reason = detail::selector_text(options.selector) + " picks " + detail::describe(all[*picked]);
       } else {
@@ -480,7 +477,6 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
       }
     }
     std::vector<const DeviceStatus*> blocked_low_power;
-    std::vector<DeviceStatus> blocked_memory;
     for (std::size_t i = 0; i < all.size(); ++i) {
       DeviceStatus& status = all[i];
       if (best && i == *best) {
@@ -488,9 +484,6 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
       }
       if (!status.props.supports_mac2) {
         status.skip_reason = detail::no_mac2_reason();
-      } else if (detail::lacks_unified_memory(status.props, platform)) {
-        status.skip_reason = detail::no_unified_memory_reason();
-        blocked_memory.push_back(status);
       } else if (status.props.low_power && !options.allow_intel_gpu) {
         status.skip_reason = "low-power (integrated) GPU, not used unless allowed: " + detail::opt_in_hint();
         blocked_low_power.push_back(&status);
@@ -508,18 +501,7 @@ inline Selection choose(const std::vector<DeviceProps>& devices, const Options& 
       const bool one = blocked_low_power.size() == 1;
       const std::string opt_in =
           detail::opt_in_hint() + " (integrated GPUs can be slower than the CPU for small workloads)";
-      if (!blocked_memory.empty()) {
-        // The discrete GPUs cannot run this line; say so first, then what can.
-        const bool one_lacking = blocked_memory.size() == 1;
-        selection.unavailable_reason = "the MPS allocator of this PyTorch requires a GPU with unified memory, and " +
-            detail::list_devices(blocked_memory) + (one_lacking ? " has" : " have") + " none " +
-            detail::unified_memory_check();
-        if (!blocked_low_power.empty()) {
-          selection.unavailable_reason += "; the " + detail::kind_of_low_power(blocked_low_power) + (one ? "" : "s") +
-              " (" + names + ") " + (one ? "has" : "have") + " it but " + (one ? "is" : "are") +
-              " not used unless allowed: " + opt_in;
-        }
-      } else if (!blocked_low_power.empty()) {
+      if (!blocked_low_power.empty()) {
         selection.unavailable_reason = std::string("only ") + (one ? "an " : "") +
             detail::kind_of_low_power(blocked_low_power) + (one ? "" : "s") + " (" + names + ") " +
             (one ? "was" : "were") + " found; " + opt_in;
@@ -721,8 +703,8 @@ class DeviceState {
   // PYTORCH_MPS_ALLOW_INTEL_GPU and PYTORCH_MPS_DEVICE, read together once (at
   // the first scan or the first question about the flag, whichever comes
   // first) and kept: a later change of the environment changes nothing, so a
-  // refusal can only ever be about the flag. A value of the first that is not
-  // understood is warned about then, once.
+  // refusal can only ever be about the flag. A value of either that is not
+  // understood (blanks only included) is warned about then, once.
   void read_environment() {
     if (environment_read_) {
       return;
@@ -734,6 +716,9 @@ class DeviceState {
     }
     allow_from_env_ = parsed.value.value_or(false);
     selector_ = parse_device_selector(std::getenv(kDeviceEnv));
+    if (!selector_.warning.empty()) {
+      warnings_.push_back(selector_.warning);
+    }
   }
 
   bool environment_read_ = false;

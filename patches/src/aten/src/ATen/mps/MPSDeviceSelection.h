@@ -17,8 +17,7 @@ namespace at::mps {
 
 // Why MPS is unavailable, in words; empty while a device is in use. Names the
 // real cause (only an Intel GPU that was not opted in, no device with Metal GPU
-// family Mac2, AMD GPUs without the unified memory that the allocator of 2.14.1
-// and 2.15.0 requires, a PYTORCH_MPS_DEVICE that picks nothing, a macOS too old).
+// family Mac2, a PYTORCH_MPS_DEVICE that picks nothing, a macOS too old).
 TORCH_API std::string unavailableReason();
 
 // A core count for getCoreCount() where IORegistry has none (Intel and AMD

@@ -20,13 +20,11 @@
 #include <string>
 #include <vector>
 
-// MPSDevice.h defines them (patch 0005), per release line: the macOS that the
+// MPSDevice.h defines it (patch 0005), per release line: the macOS that the
 // line's MPS backend needs, named in the reason when upstream's MPSGraph probe
-// in the MPSDevice constructor fails (lines that have that probe); and whether
-// the line's MPS allocator requires unified memory (1 where MPSAllocator.mm
-// checks hasUnifiedMemory, else 0).
-#if !defined(INTELMAC_MPS_MIN_MACOS) || !defined(INTELMAC_MPS_REQUIRES_UNIFIED_MEMORY)
-#error "MPSDevice.h lacks the intelmac-torch hook of patch 0005 (INTELMAC_MPS_MIN_MACOS, INTELMAC_MPS_REQUIRES_UNIFIED_MEMORY)"
+// in the MPSDevice constructor fails (lines that have that probe).
+#if !defined(INTELMAC_MPS_MIN_MACOS)
+#error "MPSDevice.h lacks the intelmac-torch hook of patch 0005 (INTELMAC_MPS_MIN_MACOS)"
 #endif
 
 namespace at::mps {
@@ -58,7 +56,7 @@ policy::DeviceProps device_props(id<MTLDevice> device) {
 
 // What the policy needs to know about this line, with the probe's outcome.
 policy::Platform line_platform(bool macos_ok) {
-  return {macos_ok, INTELMAC_MPS_MIN_MACOS, INTELMAC_MPS_REQUIRES_UNIFIED_MEMORY != 0};
+  return {macos_ok, INTELMAC_MPS_MIN_MACOS};
 }
 
 std::vector<policy::DeviceProps> all_device_props(NSArray* devices) {
@@ -187,7 +185,7 @@ void MPSDevice::rescanIfUnavailable() {
     NSArray* devices = [MTLCopyAllDevices() autorelease];
     const NSUInteger chosen = policyChoice(devices);
     if (chosen < [devices count]) {
-      _mtl_device = [devices[chosen] retain];
+      _mtl_device = [[devices objectAtIndex:chosen] retain]; // no subscripts: runs on GNUstep too
     }
   }
 }

@@ -1,0 +1,74 @@
+// MPSHeapStorage.h: the storage of the MPS allocator's memory, as upstream's
+// MPSAllocator.h/.mm see it. Added by the intelmac-torch patch series
+// (0008-mps-allocator-storage); MPSAllocator.h includes it (patch 0009).
+//
+// The decisions are MPSStoragePolicy.h's; MPSHeapStorage.mm reads the device
+// and acts on them. Upstream's allocator keeps its own logic (pools, reuse,
+// completion handlers); its hooks only route heap creation, the usage of the
+// pools and one default through the functions below.
+#pragma once
+
+#include <ATen/mps/MPSStoragePolicy.h>
+#include <c10/macros/Macros.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#ifdef __OBJC__
+#include <Metal/Metal.h>
+
+namespace at::mps {
+
+// The one test for a GPU whose heaps may be CPU-visible: an Apple GPU
+// (MTLGPUFamilyApple1), which includes an Apple silicon Mac running our x86_64
+// wheel under Rosetta. Every storage decision of the series starts from it.
+TORCH_API bool isAppleGPU(id<MTLDevice> device);
+
+// The facts MPSStoragePolicy.h decides on.
+TORCH_API storage::Gpu storageGpu(id<MTLDevice> device);
+
+// Called by HeapBlock::createHeapBlock in place of [device newHeapWithDescriptor:d].
+// Returns what upstream asked for where Metal allows it (an Apple GPU, or a
+// private heap; on a GPU without unified memory an extra-large heap is resized).
+// A shared or managed heap on any other GPU is never asked of Metal: the object
+// returned instead answers the heap messages upstream's allocator sends
+// (newBufferWithLength:options:[offset:], size, maxAvailableSizeWithAlignment:,
+// setPurgeableState:) and makes each buffer a standalone shared one. Owned by
+// the caller, like the result of newHeapWithDescriptor:.
+TORCH_API id<MTLHeap> newAllocatorHeap(id<MTLDevice> device, MTLHeapDescriptor* descriptor, size_t request_size);
+
+// The usage flags a BufferPool keeps, on lines whose device tensors live in
+// shared pools (2.14.1, 2.15.0): the shared flag is dropped on a GPU that is not
+// an Apple GPU unless the pool hands the CPU pointers (the scalar pool), so
+// device tensors get private heaps and upstream's private paths. `Flags` is
+// upstream's UsageFlags enum (SHARED, SCALAR).
+template <typename Flags>
+uint32_t poolUsage(id<MTLDevice> device, uint32_t usage) {
+  const bool shared = (usage & Flags::SHARED) != 0;
+  if (!shared || storage::device_tensor_pool_stays_shared(storageGpu(device), (usage & Flags::SCALAR) != 0)) {
+    return usage;
+  }
+  return usage & ~static_cast<uint32_t>(Flags::SHARED);
+}
+
+// The usage one request is served with, on lines whose device tensors live in
+// shared pools (2.14.1, 2.15.0): a request the CPU reads at once
+// (malloc_host's, for pinned memory: not ordered by a stream) is sent to the
+// scalar pool on a GPU that is not an Apple GPU, because poolUsage() made the
+// other pools private there. Upstream's scalar pool returns a block only after
+// the stream's command buffer completes, and its buffers are standalone shared
+// ones (newAllocatorHeap), so the CPU pointer upstream maps is valid.
+template <typename Flags>
+uint32_t requestUsage(id<MTLDevice> device, uint32_t usage, bool stream_ordered) {
+  const bool cpu_reads_at_once = !stream_ordered && (usage & Flags::SHARED) != 0;
+  if (!storage::host_request_to_cpu_pool(storageGpu(device), cpu_reads_at_once)) {
+    return usage;
+  }
+  return usage | static_cast<uint32_t>(Flags::SCALAR);
+}
+
+// The allocator's default low watermark ratio on `device` (MPSStoragePolicy.h rule 6).
+TORCH_API double defaultLowWatermarkRatio(id<MTLDevice> device, double upstream_default);
+
+} // namespace at::mps
+#endif

@@ -1,0 +1,201 @@
+// MPSHeapStorage.mm: the Objective-C++ shell around MPSStoragePolicy.h.
+// Added by the intelmac-torch patch series (0008-mps-allocator-storage).
+//
+// ATen's CMakeLists compiles every aten/src/ATen/mps/*.mm, so this file needs
+// no build change. It reads two facts about the device, asks MPSStoragePolicy.h
+// what to do, and does it. The hooks of patch 0009 in upstream's
+// MPSAllocator.h (and, on 2.14.1 and 2.15.0, MPSAllocator.mm) call it.
+//
+// Apple's documentation this relies on, in our words:
+// - MTLHeapDescriptor.storageMode: on a Mac GPU that is not Apple silicon a
+//   heap can only be private; a shared or managed descriptor gets no heap.
+// - MTLDevice newBufferWithLength:options: makes a standalone buffer; shared
+//   and managed storage are available for buffers on every Mac GPU (shared:
+//   one copy in system memory, which a discrete GPU reads over PCIe).
+// - MTLBuffer.contents is the CPU's pointer to a buffer's memory; it is NULL
+//   for private storage, which only the GPU (a blit) may touch.
+// - A command buffer made by -[MTLCommandQueue commandBuffer] (what
+//   MPSCommandBuffer's commandBufferFromCommandQueue: wraps) keeps strong
+//   references to the resources it encodes until it completes. Upstream's
+//   allocator relies on that (retainCount > 1 means "still in flight"), and so
+//   does a standalone buffer here: released by the allocator, it lives until
+//   the last command buffer using it completes.
+#include <ATen/mps/MPSHeapStorage.h>
+
+namespace {
+
+MTLStorageMode metal_storage(at::mps::storage::Storage storage) {
+  using at::mps::storage::Storage;
+  switch (storage) {
+    case Storage::shared:
+      return MTLStorageModeShared;
+    case Storage::managed:
+      return MTLStorageModeManaged;
+    case Storage::private_:
+      return MTLStorageModePrivate;
+  }
+  return MTLStorageModePrivate;
+}
+
+at::mps::storage::Storage policy_storage(MTLStorageMode mode) {
+  using at::mps::storage::Storage;
+  switch (mode) {
+    case MTLStorageModeShared:
+      return Storage::shared;
+    case MTLStorageModeManaged:
+      return Storage::managed;
+    default: // private, memoryless: no CPU access
+      return Storage::private_;
+  }
+}
+
+MTLResourceOptions with_storage(MTLResourceOptions options, MTLStorageMode mode) {
+  const MTLResourceOptions mask = static_cast<MTLResourceOptions>(0xF) << MTLResourceStorageModeShift;
+  return (options & ~mask) | (static_cast<MTLResourceOptions>(mode) << MTLResourceStorageModeShift);
+}
+
+} // namespace
+
+// What upstream's allocator keeps in place of a CPU-visible heap on a GPU that
+// cannot have one. It answers the heap messages that the allocator of every
+// supported line sends (those the 2.6.0 to 2.15.0 binaries name:
+// newBufferWithLength:options:[offset:], maxAvailableSizeWithAlignment:,
+// setPurgeableState:, size; no useHeap:, no aliasing) and is never handed to
+// Metal itself. Each buffer is a standalone Metal buffer, so the "heap" holds
+// no memory and never fills: its size is the allocator's bookkeeping, and a
+// placement offset has nothing to place. Reuse of the buffers stays with
+// upstream's pools, which return a block only after its command buffers
+// completed (free_buffer from completion handlers, retainCount checks).
+@interface IntelmacStandaloneHeap : NSObject {
+ @private
+  id<MTLDevice> _device;
+  NSUInteger _size;
+  MTLStorageMode _storageMode;
+  MTLCPUCacheMode _cpuCacheMode;
+  MTLHazardTrackingMode _hazardTrackingMode;
+  MTLResourceOptions _resourceOptions;
+  MTLHeapType _type;
+  MTLPurgeableState _purgeableState;
+}
+- (instancetype)initWithDevice:(id<MTLDevice>)device
+                    descriptor:(MTLHeapDescriptor*)descriptor
+                   storageMode:(MTLStorageMode)storageMode;
+@end
+
+@implementation IntelmacStandaloneHeap
+
+- (instancetype)initWithDevice:(id<MTLDevice>)device
+                    descriptor:(MTLHeapDescriptor*)descriptor
+                   storageMode:(MTLStorageMode)storageMode {
+  self = [super init];
+  if (self) {
+    _device = [device retain];
+    _size = descriptor.size;
+    _storageMode = storageMode;
+    _cpuCacheMode = descriptor.cpuCacheMode;
+    _hazardTrackingMode = descriptor.hazardTrackingMode;
+    _resourceOptions = with_storage(descriptor.resourceOptions, storageMode);
+    _type = descriptor.type;
+    _purgeableState = MTLPurgeableStateNonVolatile;
+  }
+  return self;
+}
+
+- (void)dealloc {
+  [_device release];
+  [super dealloc];
+}
+
+- (id<MTLDevice>)device {
+  return _device;
+}
+
+- (NSUInteger)size {
+  return _size;
+}
+
+// The buffers are the device's allocations, not the heap's.
+- (NSUInteger)usedSize {
+  return 0;
+}
+
+- (NSUInteger)currentAllocatedSize {
+  return 0;
+}
+
+- (NSUInteger)maxAvailableSizeWithAlignment:(NSUInteger)alignment {
+  return alignment > 0 ? _size / alignment * alignment : _size;
+}
+
+- (MTLStorageMode)storageMode {
+  return _storageMode;
+}
+
+- (MTLCPUCacheMode)cpuCacheMode {
+  return _cpuCacheMode;
+}
+
+- (MTLHazardTrackingMode)hazardTrackingMode {
+  return _hazardTrackingMode;
+}
+
+- (MTLResourceOptions)resourceOptions {
+  return _resourceOptions;
+}
+
+- (MTLHeapType)type {
+  return _type;
+}
+
+- (MTLPurgeableState)setPurgeableState:(MTLPurgeableState)state {
+  const MTLPurgeableState previous = _purgeableState;
+  if (state != MTLPurgeableStateKeepCurrent) {
+    _purgeableState = state;
+  }
+  return previous;
+}
+
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options {
+  return [_device newBufferWithLength:length options:with_storage(options, _storageMode)];
+}
+
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options offset:(NSUInteger)offset {
+  (void)offset; // the allocator's own bookkeeping of the heap's range
+  return [self newBufferWithLength:length options:options];
+}
+
+@end
+
+namespace at::mps {
+
+bool isAppleGPU(id<MTLDevice> device) {
+  return [device supportsFamily:MTLGPUFamilyApple1];
+}
+
+storage::Gpu storageGpu(id<MTLDevice> device) {
+  storage::Gpu gpu;
+  gpu.apple_gpu = isAppleGPU(device);
+  gpu.unified_memory = [device hasUnifiedMemory];
+  return gpu;
+}
+
+id<MTLHeap> newAllocatorHeap(id<MTLDevice> device, MTLHeapDescriptor* descriptor, size_t request_size) {
+  const storage::HeapPlan plan =
+      storage::plan_heap(storageGpu(device), policy_storage(descriptor.storageMode), descriptor.size, request_size);
+  if (plan.placement == storage::Placement::standalone) {
+    IntelmacStandaloneHeap* heap = [[IntelmacStandaloneHeap alloc] initWithDevice:device
+                                                                       descriptor:descriptor
+                                                                      storageMode:metal_storage(plan.storage)];
+    return (id<MTLHeap>)(id)heap;
+  }
+  if (plan.heap_size != descriptor.size) {
+    descriptor.size = plan.heap_size;
+  }
+  return [device newHeapWithDescriptor:descriptor];
+}
+
+double defaultLowWatermarkRatio(id<MTLDevice> device, double upstream_default) {
+  return storage::default_low_watermark_ratio(storageGpu(device), upstream_default);
+}
+
+} // namespace at::mps

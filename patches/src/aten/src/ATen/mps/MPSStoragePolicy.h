@@ -1,0 +1,154 @@
+// MPSStoragePolicy.h: where the MPS allocator's memory may live on a Metal GPU.
+// Added by the intelmac-torch patch series (0008-mps-allocator-storage).
+//
+// Every storage decision of the series lives here, in portable C++17 that uses
+// only the standard library, so that it compiles and is tested on any host.
+// MPSHeapStorage.mm (same patch) gathers two facts about the device and acts on
+// what these functions return; hooks in upstream's MPSAllocator.h/.mm call it.
+//
+// Why any of this is needed. Apple documents, for MTLHeapDescriptor.storageMode,
+// that a heap on a Mac GPU that is not Apple silicon can only use private
+// storage: newHeapWithDescriptor: gives nil for a shared or managed heap there.
+// That is every GPU of an Intel Mac, the Intel iGPU (which reports
+// hasUnifiedMemory = YES) as much as an AMD GPU. Standalone buffers
+// (newBufferWithLength:options:) may be shared or managed on every Mac GPU.
+// Upstream's allocator keeps all its memory in heaps and asks for shared ones:
+// for scalars and, on unified-memory devices, the CPU-visible pools (2.6.0,
+// 2.9.1), and for every pool from 2.12 on (2.14.1, 2.15.0).
+//
+// The rules (API in namespace at::mps::storage, all inline):
+//   plan_heap(gpu, requested, heap_size, request_size) -> HeapPlan
+//     1. An Apple GPU (MTLGPUFamilyApple1: Apple silicon, also when an x86_64
+//        wheel runs under Rosetta) gets exactly the heap upstream asked for.
+//     2. Elsewhere a private heap stays a private heap.
+//     3. Elsewhere a heap that would be CPU-visible (shared or managed) is never
+//        asked of Metal. Its buffers become standalone buffers in shared
+//        storage, one Metal allocation each (see kCpuVisibleStorageWhy).
+//     4. On a GPU without unified memory (AMD), an extra-large heap is at most
+//        kDiscreteXLargeHeap, as upstream had it before 2.12, unless one
+//        request needs more.
+//   device_tensor_pool_usage(gpu, usage_is_shared)
+//     5. On lines whose device tensors live in shared pools (2.14.1, 2.15.0),
+//        those pools are private on a GPU that is not an Apple GPU, so device
+//        tensors live in private heaps on every line, and upstream's private
+//        paths (blit copies, the private fallback of _local_scalar_dense) serve
+//        every CPU access to them. Pools that hand the CPU a pointer (scalars,
+//        pinned memory) stay shared and take rule 3.
+//   host_request_to_cpu_pool(gpu, cpu_reads_at_once)
+//     5a. On those lines a request the CPU reads at once (malloc_host, behind
+//        pinned memory) goes to the scalar pool, the one pool that stays
+//        CPU-visible, on a GPU that is not an Apple GPU.
+//   default_low_watermark_ratio(gpu, upstream_default)
+//     6. On a GPU without unified memory the default low watermark is 1.0 (the
+//        recommended working set), as upstream had it before 2.12.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace at::mps::storage {
+
+// What the storage decisions need to know about the Metal device.
+struct Gpu {
+  bool apple_gpu = false;      // [device supportsFamily:MTLGPUFamilyApple1]
+  bool unified_memory = false; // [device hasUnifiedMemory]
+};
+
+// Metal's storage modes, named for what they mean to the CPU.
+enum class Storage { shared, managed, private_ };
+
+// How the memory of one upstream heap request is provided.
+enum class Placement {
+  heap,       // a real MTLHeap, as upstream asked (possibly resized)
+  standalone, // no MTLHeap: each buffer is its own newBufferWithLength:options:
+};
+
+struct HeapPlan {
+  Placement placement = Placement::heap;
+  Storage storage = Storage::private_;
+  std::size_t heap_size = 0; // the size to ask Metal for (Placement::heap)
+};
+
+inline constexpr std::size_t kMiB = std::size_t{1} << 20;
+// Upstream's "extra large" heap on discrete GPUs before 2.12 (kXLargeHeapD).
+inline constexpr std::size_t kDiscreteXLargeHeap = 128 * kMiB;
+// Upstream's rounding of requests that get a heap of their own (kRoundLarge).
+inline constexpr std::size_t kRoundLarge = 2 * kMiB;
+// Upstream's default low watermark on discrete GPUs before 2.12.
+inline constexpr double kDiscreteLowWatermarkRatio = 1.0;
+
+// Why CPU-visible memory is shared and not managed on a discrete GPU, for the
+// docs and the allocator's debug output. Managed storage keeps two copies: the
+// CPU must call didModifyRange: after each write and a blit must
+// synchronizeResource: before each read of GPU results. Upstream writes
+// scalars with memcpy into `contents` and reads results through `contents`
+// after waiting on an event, with neither call. Shared storage needs neither:
+// the GPU reads system memory directly (over PCIe on a discrete GPU), which is
+// what Apple recommends for small data the CPU writes once and the GPU reads
+// once, which is what these buffers hold. On an Intel iGPU both live in system
+// memory anyway.
+inline constexpr const char* kCpuVisibleStorageWhy =
+    "shared, not managed: the allocator's CPU paths write and read `contents` without "
+    "didModifyRange:/synchronizeResource:, and these buffers are small or read once by the GPU";
+
+// Whether a Metal heap of this storage may be created on this GPU (Apple's
+// rule for MTLHeapDescriptor.storageMode on macOS).
+inline bool heap_storage_allowed(const Gpu& gpu, Storage storage) {
+  return gpu.apple_gpu || storage == Storage::private_;
+}
+
+inline std::size_t round_up(std::size_t size, std::size_t alignment) {
+  return (size + alignment - 1) / alignment * alignment;
+}
+
+// What to do with one heap the allocator asks for: a heap of `heap_size`
+// bytes in `requested` storage, made to place a buffer of `request_size`.
+inline HeapPlan plan_heap(const Gpu& gpu, Storage requested, std::size_t heap_size, std::size_t request_size) {
+  HeapPlan plan{Placement::heap, requested, heap_size};
+  if (gpu.apple_gpu) {
+    return plan; // rule 1
+  }
+  if (!heap_storage_allowed(gpu, requested)) {
+    plan.placement = Placement::standalone; // rule 3
+    plan.storage = Storage::shared;
+    return plan;
+  }
+  if (!gpu.unified_memory && heap_size > kDiscreteXLargeHeap) { // rule 4
+    const std::size_t own = round_up(request_size, kRoundLarge);
+    const std::size_t wanted = request_size < kDiscreteXLargeHeap / 2 ? kDiscreteXLargeHeap : own;
+    plan.heap_size = wanted < heap_size ? wanted : heap_size;
+  }
+  return plan;
+}
+
+// Whether a pool that upstream made shared for device tensors stays shared
+// (rule 5). `cpu_pointer_pool`: the pool hands the CPU a pointer into its
+// buffers (the scalar pool), so it must stay CPU-visible.
+inline bool device_tensor_pool_stays_shared(const Gpu& gpu, bool cpu_pointer_pool) {
+  return gpu.apple_gpu || cpu_pointer_pool;
+}
+
+// Whether a request the CPU reads at once must be served by the CPU-visible
+// (scalar) pool (rule 5a).
+inline bool host_request_to_cpu_pool(const Gpu& gpu, bool cpu_reads_at_once) {
+  return cpu_reads_at_once && !gpu.apple_gpu;
+}
+
+// The default low watermark ratio (rule 6).
+inline double default_low_watermark_ratio(const Gpu& gpu, double upstream_default) {
+  return gpu.unified_memory ? upstream_default : kDiscreteLowWatermarkRatio;
+}
+
+inline const char* storage_name(Storage storage) {
+  switch (storage) {
+    case Storage::shared:
+      return "shared";
+    case Storage::managed:
+      return "managed";
+    case Storage::private_:
+      return "private";
+  }
+  return "?";
+}
+
+} // namespace at::mps::storage

@@ -1,0 +1,74 @@
+"""Each release line's own MPSAllocator.h (the series applied) built against the stand-in Metal.
+
+``allocator_library`` compiles, per line:
+
+- our ``MPSHeapStorage.mm`` (patch 0008) as the line's series creates it;
+- ``alloc/alloc_harness.mm``, which includes the line's patched ``MPSAllocator.h`` (the
+  official wheel's header: exact, with patch 0009's hooks) and drives its BufferPool,
+  AllocParams and HeapBlock the way upstream's MPSAllocator.mm does;
+- on 2.6.0, whose exact MPSAllocator.mm we have, upstream's own ``init_allocator``,
+  ``init_buffer_pools``, ``get_pool``, ``get_allocation_size``, the watermark setters and
+  ``format_size``, cut verbatim from the patched file at test time (never committed).
+
+The headers are the line's own (ATen, c10 and the rest of ATen/mps); only Apple's
+frameworks are stand-ins: the stand-in Metal (``include/``) and declarations of MPS and
+MPSGraph (``alloc/include/``) that upstream's MPSStream.h and MPSEvent.h name. The library
+links the stand-in and the test torch's c10 (for TORCH_CHECK and TORCH_INTERNAL_ASSERT),
+with -Bsymbolic so that each line's inline header functions stay its own when several
+lines' libraries are loaded into one process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import build
+
+HERE = Path(__file__).resolve().parent
+ALLOC = HERE / "alloc"
+HARNESS = ALLOC / "alloc_harness.mm"
+MPS_STAND_INS = ALLOC / "include"
+#: Lines whose MPSAllocator.h makes placement heaps (AllocParams and newMTLBuffer take more).
+PLACEMENT_LINES = ("2.14.1", "2.15.0")
+#: The upstream functions run on 2.6.0 (MPSHeapAllocatorImpl members, in MPSAllocator.mm).
+POOL_SELECTION = ("init_allocator", "init_buffer_pools", "get_pool", "get_allocation_size",
+                  "setHighWatermarkRatio", "setLowWatermarkRatio", "format_size")
+
+
+def cut_functions(source: str, names: tuple[str, ...] = POOL_SELECTION) -> str:
+    """The definitions of these MPSHeapAllocatorImpl members, verbatim, from MPSAllocator.mm:
+    each from its signature line to the first ``}`` at the start of a line after it."""
+    lines = source.splitlines()
+    out: list[str] = []
+    for name in names:
+        signature = re.compile(rf"^\S.*\bMPSHeapAllocatorImpl::{name}\(")
+        starts = [i for i, text in enumerate(lines) if signature.match(text)]
+        if len(starts) != 1:
+            raise build.CompileError(f"MPSAllocator.mm: expected one definition of {name}, found {len(starts)}")
+        end = lines.index("}", starts[0])
+        out += lines[starts[0]:end + 1] + [""]
+    return "\n".join(out) + "\n"
+
+
+def allocator_library(line: str, tree: Path, wheel_include: Path, std: str, fake_lib: Path, torch_lib: Path,
+                      work: Path, *, upstream_allocator_mm: str | None = None) -> Path:
+    """libintelmac_alloc_<line>.so (module docstring). ``tree`` holds the series' headers
+    and new files; ``upstream_allocator_mm``: the patched exact MPSAllocator.mm (2.6.0)."""
+    work.mkdir(parents=True, exist_ok=True)
+    includes = [f"-I{tree / 'aten' / 'src'}", f"-I{build.INCLUDE}", f"-I{MPS_STAND_INS}", f"-I{work}",
+                "-isystem", str(wheel_include)]
+    defines = [f"-DINTELMAC_TEST_PLACEMENT={int(line in PLACEMENT_LINES)}",
+               f"-DINTELMAC_TEST_POOL_SELECTION={int(upstream_allocator_mm is not None)}"]
+    if upstream_allocator_mm is not None:
+        (work / "pool_selection.inc").write_text(cut_functions(upstream_allocator_mm), encoding="utf-8")
+    objects = [
+        build.compile_objcxx(tree / "aten/src/ATen/mps/MPSHeapStorage.mm", work / "MPSHeapStorage.o", includes, std),
+        build.compile_objcxx(HARNESS, work / "alloc_harness.o", [*includes, *defines], std),
+    ]
+    library = work / f"libintelmac_alloc_{line.replace('.', '_')}.so"
+    build.link(library, objects, [
+        str(fake_lib), f"-L{torch_lib}", "-lc10", f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{fake_lib.parent}",
+        "-Wl,-Bsymbolic", "-Wl,--no-undefined", *build.LINK_LIBS,
+    ])
+    return library

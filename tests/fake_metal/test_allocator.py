@@ -1,0 +1,281 @@
+"""The MPS allocator's storage on Intel, AMD and Apple GPUs (issue 16), on every line's own
+MPSAllocator.h, run against the stand-in Metal.
+
+Per release line, alloc_build.py compiles the line's official MPSAllocator.h with the
+series applied (patch 0009's hooks) and our MPSHeapStorage.mm (patch 0008), and the tests
+drive upstream's BufferPool, AllocParams and HeapBlock as MPSAllocator.mm does, for each
+kind of request, on an Intel iGPU (unified memory, not Apple silicon), an AMD GPU (neither)
+and an Apple GPU. The stand-in refuses a shared or managed heap on a GPU that is not an
+Apple GPU and records it, returns NULL for the contents of a private buffer and records
+it, and records a buffer freed while an uncompleted command buffer uses it.
+
+Which pool each request reaches is upstream's get_pool: on 2.6.0 the exact function runs
+(cut from the real MPSAllocator.mm at test time); on the other lines the tables below hold
+what the dated text says (docs/mps-device-policy.md lists the evidence per line).
+
+To see these tests fail against today's behaviour (upstream's allocator with the device
+choice of the series but without patch 0009), run them with INTELMAC_ALLOC_WITHOUT_HOOKS=1:
+the Intel and AMD rows then get no heap for scalars (the stand-in records
+heap_storage_refused), the scalar round trips fail, and on 2.14.1 and 2.15.0 every device
+tensor on those GPUs asks for a shared heap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from intelmac_torch_builder.core import catalog
+
+from ..patches_cpp import objc_lines
+from . import alloc_build, conftest
+from .fake_metal import FakeMetal
+
+WITHOUT_HOOKS_ENV = "INTELMAC_ALLOC_WITHOUT_HOOKS"
+HOOKS = "0009-mps-allocator-hooks.patch"
+MIB = 1 << 20
+GIB = 1 << 30
+
+# Upstream's UsageFlags (MPSAllocator.h, the same values on every line).
+SMALL, SHARED, HAZARD, SCALAR = 1 << 0, 1 << 1, 1 << 3, 1 << 4
+
+INTEL = {"name": "Intel(R) UHD Graphics 630", "registry_id": 0x100000101, "low_power": True,
+         "unified_memory": True, "recommended_working_set": 1536 * MIB, "families": ["Mac2", "Common3"]}
+AMD = {"name": "AMD Radeon Pro 5500M", "registry_id": 0x100000201, "unified_memory": False,
+       "recommended_working_set": 8 * GIB, "families": ["Mac2", "Common3"]}
+APPLE = {"name": "Apple M1", "registry_id": 0x100000701, "unified_memory": True,
+         "recommended_working_set": 11 * GIB,
+         "families": ["Apple1", "Apple2", "Apple3", "Apple4", "Apple5", "Apple6", "Apple7", "Mac2", "Common3"]}
+GPUS = {"intel": INTEL, "amd": AMD, "apple": APPLE}
+
+# The pools upstream's init_buffer_pools creates, with their UsageFlags: 2.6.0 exact,
+# 2.9.1 its exact stored match, 2.14.1 and 2.15.0 the dated candidate's lines 54-67.
+POOLS_PRIVATE_AND_SHARED = {"PRIVATE_LARGE": HAZARD, "SHARED_LARGE": SHARED | HAZARD,
+                            "PRIVATE_SMALL": SMALL | HAZARD, "SHARED_SMALL": SMALL | SHARED | HAZARD,
+                            "SCALAR": SMALL | SHARED | SCALAR}
+POOLS_SHARED_ONLY = {"SHARED_LARGE": SHARED | HAZARD, "SHARED_SMALL": SMALL | SHARED | HAZARD,
+                     "SCALAR": SMALL | SHARED | SCALAR}
+POOLS = {"2.6.0": POOLS_PRIVATE_AND_SHARED, "2.9.1": POOLS_PRIVATE_AND_SHARED,
+         "2.14.1": POOLS_SHARED_ONLY, "2.15.0": POOLS_SHARED_ONLY}
+
+# The kinds of request: (size, usage the allocator is called with, stream-ordered).
+# device: a tensor of the private allocator (2.6.0, 2.9.1) or the one allocator (2.14.1 on);
+# tiny: a tensor of 8 bytes or less; pinned: the shared allocator's host memory
+# (torch.empty(pin_memory=True)); scalar: allocScalarBufferWithValue.
+KINDS = {"device": (4096, 0, True), "large": (64 * MIB, 0, True), "tiny": (4, 0, True),
+         "pinned": (4096, SHARED, False), "scalar": (8, SCALAR, True)}
+
+
+def pool_of(line: str, kind: str, gpu: dict[str, Any]) -> str | None:
+    """Upstream's get_pool for this request (None: the line never makes it on this GPU)."""
+    size, usage, _ordered = KINDS[kind]
+    if usage & SCALAR:
+        return "SCALAR"
+    small = size <= MIB
+    if line in ("2.6.0", "2.9.1"):
+        if usage & SHARED and not gpu["unified_memory"]:
+            return None  # getIMPSAllocator(true) is null without unified memory: no pinned memory
+        if size <= 8 and gpu["unified_memory"]:
+            return "SHARED_SMALL"
+        return ("SHARED_" if usage & SHARED else "PRIVATE_") + ("SMALL" if small else "LARGE")
+    return "SHARED_SMALL" if small else "SHARED_LARGE"
+
+
+def cpu_visible(line: str, kind: str, gpu: dict[str, Any]) -> bool:
+    """Whether the CPU reads or writes this request's contents (it must then be shared)."""
+    pool = pool_of(line, kind, gpu)
+    if kind in ("scalar", "pinned"):
+        return True
+    if line in ("2.14.1", "2.15.0"):
+        return "Apple1" in gpu["families"]  # upstream's all-shared design, kept on Apple GPUs
+    return pool is not None and pool.startswith("SHARED")
+
+
+@pytest.fixture(scope="session")
+def metal(fake_metal_lib: Path) -> FakeMetal:
+    fm = FakeMetal(fake_metal_lib)
+    fm.configure({"devices": [INTEL, AMD, APPLE], "macos": "14.0"})
+    return fm
+
+
+_LIBRARIES: dict[str, ctypes.CDLL] = {}
+
+
+def _series(line: str) -> list[Path]:
+    series = list(catalog.load().line(line).patches)
+    if os.environ.get(WITHOUT_HOOKS_ENV) == "1":
+        series = [p for p in series if p.name != HOOKS]
+    return series
+
+
+def allocator(line: str, fake_lib: Path, factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    if line in _LIBRARIES:
+        return _LIBRARIES[line]
+    conftest.require_toolchain()
+    if not objc_lines.has_wheel(line):
+        why = f"no cached {line} wheel ({objc_lines.wheel_root(line)}; ../shared/tools/upstream-wheel {line})"
+        if os.environ.get(objc_lines.REQUIRE_ENV) == "1" or os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    work = factory.mktemp(f"alloc-{line}")
+    series = _series(line)
+    lt = objc_lines.prepare(line, series, work / "prep")
+    upstream_mm = None
+    if line == "2.6.0":
+        upstream_mm = conftest.patched_260_file("aten/src/ATen/mps/MPSAllocator.mm", series, work / "mm")
+    path = alloc_build.allocator_library(line, lt.tree, lt.wheel_include, objc_lines.cxx_standard(line),
+                                         fake_lib, conftest.torch_lib_dir(), work / "build",
+                                         upstream_allocator_mm=upstream_mm)
+    lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
+    lib.alloc_pool_request.restype = ctypes.c_char_p
+    lib.alloc_pool_request.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int,
+                                       ctypes.c_uint64, ctypes.c_int]
+    lib.alloc_request_usage.restype = ctypes.c_uint32
+    lib.alloc_request_usage.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int]
+    lib.alloc_default_low_watermark.restype = ctypes.c_double
+    lib.alloc_default_low_watermark.argtypes = [ctypes.c_uint64, ctypes.c_double]
+    if upstream_mm is not None:
+        lib.alloc_upstream_request.restype = ctypes.c_char_p
+        lib.alloc_upstream_request.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64,
+                                               ctypes.c_int]
+    _LIBRARIES[line] = lib
+    return lib
+
+
+LINES = conftest.LINES
+VALUE = 0x0123456789ABCDEF
+
+
+def request(lib: ctypes.CDLL, line: str, kind: str, gpu: dict[str, Any], *, release_at: int = -1) -> dict[str, Any]:
+    """One request through the line's header: the pool upstream picks, then its heap and buffer."""
+    size, usage, ordered = KINDS[kind]
+    if line in ("2.14.1", "2.15.0"):
+        # patch 0009's hook in alloc_buffer_block, before get_pool
+        usage = lib.alloc_request_usage(gpu["registry_id"], usage | SHARED, int(ordered))
+        pool = "SCALAR" if usage & SCALAR else pool_of(line, kind, gpu)
+    else:
+        pool = pool_of(line, kind, gpu)
+    assert pool is not None
+    raw = lib.alloc_pool_request(gpu["registry_id"], POOLS[line][pool], size, int(ordered), VALUE, release_at)
+    return {"pool": pool, **json.loads(raw)}
+
+
+def expected_storage(line: str, kind: str, gpu: dict[str, Any]) -> tuple[str, str]:
+    """(heap kind, buffer storage) this request must get."""
+    apple = "Apple1" in gpu["families"]
+    if cpu_visible(line, kind, gpu):
+        return ("metal", "shared") if apple else ("standalone", "shared")
+    return "metal", "private"
+
+
+CASES = [(line, gpu, kind) for line in LINES for gpu in GPUS for kind in KINDS
+         if pool_of(line, kind, GPUS[gpu]) is not None]
+
+
+@pytest.mark.parametrize(("line", "gpu", "kind"), CASES, ids=["-".join(case) for case in CASES])
+def test_each_request_gets_storage_metal_allows(line: str, gpu: str, kind: str, metal: FakeMetal,
+                                                fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    metal.fake_metal_clear_records()
+    got = request(lib, line, kind, GPUS[gpu])
+    heap, storage = expected_storage(line, kind, GPUS[gpu])
+    assert got.get("heap") == heap, got
+    assert got["buffer"]["storage"] == storage, got
+    assert got["buffer"]["in_a_metal_heap"] == (heap == "metal"), got
+    if storage == "shared":
+        assert got["pool_shared"] and got["contents"], got
+    else:
+        assert not got["pool_shared"], f"a private buffer in a pool upstream reads through contents: {got}"
+    assert metal.records("heap_storage_refused") == [], "a heap Metal refuses was asked for"
+    assert metal.violations() == []
+
+
+@pytest.mark.parametrize("line", LINES)
+@pytest.mark.parametrize("gpu", list(GPUS))
+def test_a_scalar_round_trips_through_a_cpu_visible_buffer(line: str, gpu: str, metal: FakeMetal,
+                                                           fake_metal_lib: Path,
+                                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    """allocScalarBufferWithValue's memcpy into contents, a blit into a private buffer and
+    back: the GPU sees the value; nothing reads a private buffer's contents."""
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    metal.fake_metal_clear_records()
+    got = request(lib, line, "scalar", GPUS[gpu], release_at=1)
+    assert got.get("round_trip") is True, got
+    assert metal.violations() == [] and metal.records("heap_storage_refused") == []
+
+
+@pytest.mark.parametrize("line", LINES)
+@pytest.mark.parametrize("gpu", ["intel", "amd"])
+def test_a_standalone_buffer_lives_until_its_command_buffer_completes(line: str, gpu: str, metal: FakeMetal,
+                                                                     fake_metal_lib: Path,
+                                                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Upstream's scalar pool frees a block from a completed handler. Released that way,
+    the standalone buffer outlives a command buffer that does not even retain it; released
+    before completion (what upstream never does), the stand-in catches the early free,
+    which shows the check can fail."""
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    metal.fake_metal_clear_records()
+    on_completion = request(lib, line, "scalar", GPUS[gpu], release_at=2)
+    assert on_completion["pending_before_completion"] == 1 and on_completion["round_trip"], on_completion
+    assert metal.violations() == []
+    early = request(lib, line, "scalar", GPUS[gpu], release_at=3)
+    assert early.get("buffer"), early
+    assert [v["kind"] for v in metal.violations()] == ["buffer_freed_while_in_use"]
+    metal.fake_metal_clear_records()
+
+
+@pytest.mark.parametrize("line", ["2.14.1", "2.15.0"])
+def test_discrete_gpus_get_the_tuning_upstream_had_before_2_12(line: str, metal: FakeMetal, fake_metal_lib: Path,
+                                                              tmp_path_factory: pytest.TempPathFactory) -> None:
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    pool = POOLS[line]["SHARED_LARGE"]
+    sizes = {}
+    for name in ("amd", "intel", "apple"):
+        got = json.loads(lib.alloc_pool_request(GPUS[name]["registry_id"], pool, 20 * MIB, 1, 0, -1))
+        sizes[name] = got["heap_size"]
+    assert sizes == {"amd": 128 * MIB, "intel": GIB, "apple": GIB}
+    assert lib.alloc_default_low_watermark(AMD["registry_id"], 1.4) == 1.0
+    assert lib.alloc_default_low_watermark(INTEL["registry_id"], 1.4) == 1.4
+    assert lib.alloc_default_low_watermark(APPLE["registry_id"], 1.4) == 1.4
+
+
+@pytest.mark.parametrize("line", ["2.14.1", "2.15.0"])
+def test_host_memory_goes_to_the_cpu_visible_pool_off_apple_gpus(line: str, metal: FakeMetal, fake_metal_lib: Path,
+                                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    for name, gpu in GPUS.items():
+        host = lib.alloc_request_usage(gpu["registry_id"], SHARED, 0)
+        device = lib.alloc_request_usage(gpu["registry_id"], SHARED, 1)
+        assert device == SHARED, name
+        assert host == (SHARED if name == "apple" else SHARED | SCALAR), name
+
+
+UPSTREAM_260 = [("intel", 0, 4), ("intel", 0, 4096), ("intel", 0, 64 * MIB), ("intel", SHARED, 4096),
+                ("intel", SCALAR, 8), ("amd", 0, 4), ("amd", 0, 4096), ("amd", SCALAR, 8),
+                ("apple", 0, 4), ("apple", SHARED, 4096), ("apple", SCALAR, 8)]
+
+
+@pytest.mark.parametrize(("gpu", "usage", "size"), UPSTREAM_260,
+                         ids=[f"{g}-usage{u}-{s}" for g, u, s in UPSTREAM_260])
+def test_upstream_pool_selection_of_2_6_0_with_the_hooks(gpu: str, usage: int, size: int, metal: FakeMetal,
+                                                         fake_metal_lib: Path,
+                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    """2.6.0's own init_allocator, init_buffer_pools and get_pool (cut from the exact file):
+    a CPU-visible pool is standalone shared memory off Apple GPUs, the rest private heaps."""
+    lib = allocator("2.6.0", fake_metal_lib, tmp_path_factory)
+    metal.fake_metal_clear_records()
+    got = json.loads(lib.alloc_upstream_request(GPUS[gpu]["registry_id"], usage, size, VALUE, 1))
+    apple = gpu == "apple"
+    if got["pool_shared"]:
+        assert got["heap"] == ("metal" if apple else "standalone"), got
+        assert got["buffer"]["storage"] == "shared" and got["contents"] and got["round_trip"], got
+    else:
+        assert got["heap"] == "metal" and got["buffer"]["storage"] == "private", got
+    # upstream's routing: on unified memory a request of 8 bytes or less goes to a shared pool
+    tiny_to_shared = usage == 0 and size <= 8 and GPUS[gpu]["unified_memory"]
+    assert got["pool_shared"] == bool(usage & (SHARED | SCALAR)) or tiny_to_shared, got
+    assert metal.records("heap_storage_refused") == [] and metal.violations() == []

@@ -1,0 +1,40 @@
+// Test driver for MPSStoragePolicy.h: prints, as one JSON object per line, every decision
+// of the header over a grid of GPUs, storage modes and sizes. The expectations live in
+// test_storage_policy.py; this program only calls the header's functions.
+#include <ATen/mps/MPSStoragePolicy.h>
+
+#include <cstdio>
+#include <initializer_list>
+
+namespace storage = at::mps::storage;
+
+int main() {
+  const std::size_t mib = storage::kMiB;
+  for (bool apple : {false, true}) {
+    for (bool unified : {false, true}) {
+      const storage::Gpu gpu{apple, unified};
+      for (storage::Storage requested : {storage::Storage::shared, storage::Storage::managed, storage::Storage::private_}) {
+        for (std::size_t heap : {8 * mib, 32 * mib, 128 * mib, 1024 * mib, 1536 * mib}) {
+          for (std::size_t request : {std::size_t{8}, mib, 20 * mib, 63 * mib, 64 * mib, 100 * mib, 700 * mib}) {
+            const storage::HeapPlan plan = storage::plan_heap(gpu, requested, heap, request);
+            std::printf("{\"kind\": \"heap\", \"apple\": %d, \"unified\": %d, \"requested\": \"%s\", \"heap\": %zu, "
+                        "\"request\": %zu, \"standalone\": %d, \"storage\": \"%s\", \"heap_size\": %zu, "
+                        "\"allowed\": %d}\n",
+                        apple, unified, storage::storage_name(requested), heap, request,
+                        plan.placement == storage::Placement::standalone, storage::storage_name(plan.storage),
+                        plan.heap_size, storage::heap_storage_allowed(gpu, requested));
+          }
+        }
+      }
+      for (bool cpu_pool : {false, true}) {
+        std::printf("{\"kind\": \"pool\", \"apple\": %d, \"unified\": %d, \"cpu_pool\": %d, \"stays_shared\": %d}\n", apple,
+                    unified, cpu_pool, storage::device_tensor_pool_stays_shared(gpu, cpu_pool));
+        std::printf("{\"kind\": \"host\", \"apple\": %d, \"unified\": %d, \"cpu_reads_at_once\": %d, \"to_cpu_pool\": %d}\n",
+                    apple, unified, cpu_pool, storage::host_request_to_cpu_pool(gpu, cpu_pool));
+      }
+      std::printf("{\"kind\": \"watermark\", \"apple\": %d, \"unified\": %d, \"ratio\": %.3f}\n", apple, unified,
+                  storage::default_low_watermark_ratio(gpu, 1.4));
+    }
+  }
+  return 0;
+}

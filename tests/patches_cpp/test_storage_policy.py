@@ -1,0 +1,89 @@
+"""MPSStoragePolicy.h (patch 0008), compiled with g++ on Linux: every storage decision of the
+allocator series over a grid of GPUs, requested storage modes, heap and request sizes.
+
+The rules are the header's (its comment numbers them). What Apple documents: on a Mac GPU
+that is not Apple silicon a heap can only be private, and standalone buffers may be shared
+there. Seen failing once: with rule 3 switched off in plan_heap (a shared heap request
+passed through as a heap), test_no_cpu_visible_heap_off_apple_gpus failed at its first row
+(an AMD GPU's shared heap).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from intelmac_torch_builder.core import patching
+
+REPO = Path(__file__).resolve().parents[2]
+PATCH = REPO / "patches" / "common" / "0008-mps-allocator-storage.patch"
+DRIVER = Path(__file__).resolve().parent / "storage_driver.cpp"
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed: the C++ storage policy cannot be compiled on this machine")
+    work = tmp_path_factory.mktemp("storage")
+    patching.apply_series(work / "tree", [PATCH])  # the header the patch carries, not patches/src
+    exe = work / "storage_driver"
+    subprocess.run([gxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{work / 'tree' / 'aten/src'}",
+                    "-o", str(exe), str(DRIVER)], check=True, capture_output=True, text=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=60).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _of(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["kind"] == kind]
+
+
+def test_apple_gpus_get_exactly_what_upstream_asked(rows: list[dict[str, Any]]) -> None:
+    apple = [r for r in _of(rows, "heap") if r["apple"]]
+    assert apple and all(not r["standalone"] and r["storage"] == r["requested"] and r["heap_size"] == r["heap"]
+                         for r in apple)
+
+
+def test_no_cpu_visible_heap_off_apple_gpus(rows: list[dict[str, Any]]) -> None:
+    """Rules 2 and 3: a private heap stays one; a shared or managed one becomes standalone
+    shared buffers; no plan ever asks Metal for a heap it refuses."""
+    others = [r for r in _of(rows, "heap") if not r["apple"]]
+    assert others
+    for r in others:
+        if r["requested"] == "private":
+            assert not r["standalone"] and r["storage"] == "private", r
+        else:
+            assert r["standalone"] and r["storage"] == "shared", r
+        assert r["standalone"] or r["allowed"], r
+
+
+def test_extra_large_heaps_of_gpus_without_unified_memory(rows: list[dict[str, Any]]) -> None:
+    """Rule 4: upstream's pre-2.12 rule for discrete GPUs: 128 MiB, or the request rounded to
+    2 MiB when it is 64 MiB or more; never larger than asked; unified-memory GPUs untouched."""
+    for r in _of(rows, "heap"):
+        if r["apple"] or r["requested"] != "private":
+            continue
+        if r["unified"] or r["heap"] <= 128 * MIB:
+            assert r["heap_size"] == r["heap"], r
+            continue
+        own = -(-r["request"] // (2 * MIB)) * 2 * MIB
+        wanted = 128 * MIB if r["request"] < 64 * MIB else own
+        assert r["heap_size"] == min(wanted, r["heap"]), r
+        assert r["heap_size"] >= r["request"], "the heap must hold the request it was made for"
+
+
+def test_pools_and_host_requests(rows: list[dict[str, Any]]) -> None:
+    for r in _of(rows, "pool"):
+        assert r["stays_shared"] == (r["apple"] or r["cpu_pool"]), r
+    for r in _of(rows, "host"):
+        assert r["to_cpu_pool"] == (r["cpu_reads_at_once"] and not r["apple"]), r
+
+
+def test_low_watermark(rows: list[dict[str, Any]]) -> None:
+    for r in _of(rows, "watermark"):
+        assert r["ratio"] == (1.4 if r["unified"] else 1.0), r
