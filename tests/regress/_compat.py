@@ -29,7 +29,10 @@ _HOME = re.compile(r"(/Users|/home|/var/folders|/private/var/folders|C:\\Users)[
 def scrub(text: str) -> str:
     """A message without home directories, the user's or the host's name; cut short."""
     text = _HOME.sub("~", str(text))
-    for name, stand_in in ((_user(), "<user>"), (platform.node(), "<host>")):
+    host = platform.node()
+    names = [(host, "<host>"), (host.split(".")[0], "<host>"), (_user(), "<user>")]
+    # Longest first: a host name often contains the user's ("alices-imac").
+    for name, stand_in in sorted(names, key=lambda pair: -len(pair[0])):
         if name and len(name) > 2:
             text = text.replace(name, stand_in)
     text = " ".join(text.split())
