@@ -336,3 +336,12 @@ def test_issue_form_is_a_valid_github_issue_form() -> None:
     assert known_families <= set(family["attributes"]["options"]), known_families
     text = json.dumps(form)
     assert "python -m tests.regress --device mps" in text and "compat.json" in text
+
+
+def test_committed_validation_reports_follow_the_schema() -> None:
+    found = sorted((ROOT / "docs" / "validation").glob("*/*compat.json"))
+    assert found, "no committed compat.json"
+    for path in found:
+        compat = json.loads(path.read_text())
+        _compat.validate(compat)
+        assert len(_compat.markdown(compat).splitlines()) <= 40, path
