@@ -1,8 +1,10 @@
 """python -m tests.regress --device D --out DIR [--quick] [--self-test] [--ops OP ...]
 
-Each group (OpInfo parity, memory paths, training smoke, patched-build checks) runs in its own
-subprocess: a process abort (a Metal validation failure aborts) is recorded as that group's
-failure, with its stderr, and the rest of the report survives.
+Each group (OpInfo parity, shapes, memory paths, training smoke, patched-build checks) runs in
+its own subprocess and writes each row as it finishes: a process abort (a Metal validation
+failure aborts) is recorded as that group's failure, with its stderr; the check it was in
+becomes an error row, the rows finished before it stay, and the rest of the report survives.
+Every run also writes compat.json and compat.md, the small report to share (_compat.py).
 
 Exit codes: 0 no unexpected failure (with a planted fault: it was caught and nothing else
 failed); 1 unexpected failure(s); 2 the device cannot be used; 3 a planted fault was not
@@ -25,7 +27,20 @@ from typing import Any
 
 import torch
 
-from . import _faults, _known, _memory, _ops, _parity, _patched, _report, _training, _vision
+from . import (
+    _compat,
+    _faults,
+    _known,
+    _memory,
+    _ops,
+    _parity,
+    _patched,
+    _report,
+    _shapes,
+    _stream,
+    _training,
+    _vision,
+)
 from ._device import (
     DEVICE_TYPES,
     describe,
@@ -37,7 +52,9 @@ from ._device import (
 )
 
 UNEXPECTED = ("fail", "error")
-GROUPS = ("parity", "memory", "training", "patched")
+GROUPS = ("parity", "shapes", "memory", "training", "patched")
+# The report section each group's rows go to (the parity group's are "results").
+SECTIONS = {"parity": "results", "shapes": "shapes", "memory": "memory", "training": "training", "patched": "patched"}
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAULT_MISSED = 3
 
@@ -88,6 +105,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="optimizer steps of each training smoke model (default: 20; 6 with --quick)",
     )
     p.add_argument("--no-parity", action="store_true", help="skip the op parity checks")
+    p.add_argument(
+        "--no-shapes",
+        action="store_true",
+        help="skip the shapes group (boundary sizes 31/32/33 .. 65535/65536/65537 against float64)",
+    )
+    p.add_argument(
+        "--shapes-ops",
+        nargs="+",
+        default=None,
+        choices=list(_shapes.OPS),
+        metavar="OP",
+        help="only these ops in the shapes group (e.g. sum softmax)",
+    )
     p.add_argument(
         "--no-vision",
         action="store_true",
@@ -144,10 +174,9 @@ def _planted(args: argparse.Namespace) -> list[_parity.PlantedFault]:
     return faults + _parity.fault_from_env() + kernel
 
 
-def _parity_group(args: argparse.Namespace, device: str) -> dict[str, Any]:
-    results: list[dict[str, Any]] = []
-    dtype_notes: dict[str, str] = {}
+def _parity_group(args: argparse.Namespace, device: str, stream: _stream.RowStream) -> None:
     samples = args.samples or (2 if args.quick else 8)
+    stream.meta("samples", samples)
     ops = args.ops or (list(_ops.QUICK) if args.quick else _ops.all_ops())
     wanted = args.dtypes or (
         ["float32", "float16"] if args.quick else ["float32", "float16", "bfloat16"]
@@ -166,65 +195,91 @@ def _parity_group(args: argparse.Namespace, device: str) -> dict[str, Any]:
         f"{len(ops)} ops x {[_parity.DTYPE_NAMES[d] for d in dtypes]}",
         flush=True,
     )
+    dtype_notes: dict[str, str] = {}
     for dtype in dtypes:
         dname = _parity.DTYPE_NAMES[dtype]
         ok, why = dtype_supported(device, dtype)
         if not ok:
             # One result for the whole dtype: listing 95 identical "unsupported" lines says less.
             dtype_notes[dname] = why
-            results.append(
-                _parity.Result(
-                    "*", "*", dname, "forward", "unsupported", detail=f"device probe: {why}"
-                ).as_dict()
-            )
+            stream.meta("dtype_notes", dtype_notes)
+            stream.row("results", _parity.Result(
+                "*", "*", dname, "forward", "unsupported", detail=f"device probe: {why}"
+            ).as_dict())  # fmt: skip
             continue
         for op in ops:
-            for res in runner.run_op(op, _ops.FAMILY_OF[op], dtype):
-                results.append(res.as_dict())
+            family = _ops.FAMILY_OF[op]
+            stream.begin("results", _parity.Result(op, family, dname, "forward", "error").as_dict())
+            try:
+                rows = runner.run_op(op, family, dtype)
+            except Exception as exc:  # noqa: BLE001  # the check's own code: still this op's row
+                rows = [_parity.Result(op, family, dname, "forward", "error",
+                                       detail=f"check raised {_parity._short(exc)}")]  # fmt: skip
+            for res in rows:
+                stream.row("results", res.as_dict())
     if not args.no_vision:
-        results += [res.as_dict() for res in _vision.run(device, _planted(args))]
-    return {"results": results, "dtype_notes": dtype_notes, "samples": samples}
+        _vision.run(device, _planted(args), stream)
 
 
-def _run_group_here(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
-    """One group, in this process (the worker)."""
-    abort = os.environ.get("INTELMAC_REGRESS_PLANT_ABORT", "")
-    if name in abort.split(","):
-        # Test tooling: stands for a Metal validation failure, which aborts the process.
-        print(f"regress: planted abort in group {name} (INTELMAC_REGRESS_PLANT_ABORT)", file=sys.stderr, flush=True)
-        os.abort()
+def _shapes_group(args: argparse.Namespace, device: str, stream: _stream.RowStream) -> None:
+    wanted = args.dtypes or (
+        ["float32", "float16"] if args.quick else ["float32", "float16", "bfloat16"]
+    )
+    budget, where = _memory.budget_bytes(device, args.memory_bytes, args.memory_fraction)
+    stream.meta("shapes_budget", where)
+    ops = tuple(args.shapes_ops) if args.shapes_ops else None
+    _shapes.run(device, args.quick, wanted, budget, stream, ops=ops)
+
+
+def _run_group_here(
+    name: str, args: argparse.Namespace, device: str, stream: _stream.RowStream
+) -> None:
+    """One group, in this process (the worker); its rows go to `stream` as they finish."""
+    if _stream.abort_plan(name)[0]:
+        _stream.planted_abort(f"in group {name}")
     _faults.install_from_env(name, device)
     if name == "parity":
-        return _parity_group(args, device)
-    if name == "memory":
-        memory = _memory.run(
+        _parity_group(args, device, stream)
+    elif name == "shapes":
+        _shapes_group(args, device, stream)
+    elif name == "memory":
+        _memory.run(
             device,
             tuple(f for f in _planted(args) if f.memory),
             args.memory_bytes,
             args.memory_fraction,
+            stream=stream,
         )
-        return {"memory": memory}
-    if name == "training":
+    elif name == "training":
         steps = args.train_steps or (6 if args.quick else 20)
-        training = []
-        for tr in _training.run(device, steps, _parity.training_tolerance()):
-            training.append(tr.as_dict())
+        for tr in _training.run(device, steps, _parity.training_tolerance(), stream=stream):
             print(
                 f"regress: training {tr.model}: {tr.status} (max |loss diff| {tr.max_abs_diff:.2e})",
                 flush=True,
             )
-        return {"training": training}
-    return {"patched": [c.as_dict() for c in _patched.run_checks()]}
+    else:
+        for check in _patched.run_checks():
+            stream.row("patched", check.as_dict())
+    if _faults.FIRED:
+        stream.meta("fault_fired", dict(_faults.FIRED))
 
 
 def _tail(text: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
+def _in_flight_row(section: str, row: dict[str, Any], how: str) -> dict[str, Any]:
+    row = dict(row)
+    row["status"] = "error"
+    row["detail"] = f"{how} during this check"
+    return row
+
+
 def run_group(name: str, argv: list[str], device: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Run one group in a subprocess; its payload and a record of how the process ended."""
+    """Run one group in a subprocess; its rows (as many as it finished) and a record of how
+    the process ended."""
     with tempfile.TemporaryDirectory(prefix=f"regress-{name}-") as tmp:
-        out = Path(tmp) / "group.json"
+        out = Path(tmp) / "group.jsonl"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         t0 = time.perf_counter()
@@ -239,7 +294,7 @@ def run_group(name: str, argv: list[str], device: str) -> tuple[dict[str, Any], 
             check=False,
         )
         seconds = time.perf_counter() - t0
-        payload = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
+        finished = _stream.read(out)
     if proc.stderr:
         sys.stderr.write(proc.stderr)
     record: dict[str, Any] = {
@@ -247,28 +302,48 @@ def run_group(name: str, argv: list[str], device: str) -> tuple[dict[str, Any], 
         "returncode": proc.returncode,
         "seconds": round(seconds, 2),
         "detail": "",
+        "rows_kept": finished.rows,
         "stderr_tail": _tail(proc.stderr or ""),
     }
+    how = ""
     if proc.returncode < 0:
         try:
             sig = signal.Signals(-proc.returncode).name
         except ValueError:
             sig = f"signal {-proc.returncode}"
+        how = f"the group's process ended by {sig}"
+    elif proc.returncode != 0 or not finished.done:
+        crash = finished.meta.get("crash")
+        how = f"the group's process exited {proc.returncode}" + (f" ({crash})" if crash else "")
+    if how:
         record["status"] = "error"
-        record["detail"] = f"the group's process ended by {sig}; its results are lost"
-    elif proc.returncode != 0 or payload is None:
-        record["status"] = "error"
-        record["detail"] = f"the group's process exited {proc.returncode} without results"
-    if record["status"] != "ok":
+        kept = f"{finished.rows} finished row(s) kept"
+        if finished.in_flight is not None:
+            section, row = finished.in_flight
+            finished.sections.setdefault(section, []).append(_in_flight_row(section, row, how))
+            kept += f"; the check in progress ({row.get('op', row.get('name', row.get('model')))}) is an error row"
+        record["detail"] = f"{how}; {kept}; the checks not yet started are lost"
         print(f"regress: group {name}: {record['detail']}", file=sys.stderr, flush=True)
-    return payload or {}, record
+    payload: dict[str, Any] = dict(finished.sections)
+    payload["meta"] = finished.meta
+    return payload, record
 
 
 def _worker(args: argparse.Namespace, device: str) -> int:
     _configure_precision(device)
-    payload = _run_group_here(args.worker, args, device)
     assert args.worker_out is not None
-    args.worker_out.write_text(json.dumps(payload, default=str), encoding="utf-8")
+    stream = _stream.RowStream(args.worker_out, args.worker)
+    try:
+        _run_group_here(args.worker, args, device, stream)
+    except Exception as exc:  # noqa: BLE001  # the rows already written stay; say what broke
+        import traceback
+
+        traceback.print_exc()
+        stream.meta("crash", _parity._short(exc))
+        stream.close()
+        return 1
+    stream.meta("done", True)
+    stream.close()
     return 0
 
 
@@ -344,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     known_table = _known.load(args.known_failures)
     wanted = {
         "parity": not args.no_parity,
+        "shapes": not args.no_shapes,
         "memory": not args.no_memory,
         "training": not args.no_training,
         "patched": not args.no_patched and _patched.skip_reason() is None,
@@ -356,22 +432,32 @@ def main(argv: list[str] | None = None) -> int:
         else:
             groups[name] = {"status": "skipped", "detail": "not run (option or host)"}
 
-    results: list[dict[str, Any]] = payloads.get("parity", {}).get("results", [])
-    dtype_notes: dict[str, str] = payloads.get("parity", {}).get("dtype_notes", {})
-    samples = payloads.get("parity", {}).get("samples", args.samples or (2 if args.quick else 8))
-    for res in results:
+    def section(name: str) -> list[dict[str, Any]]:
+        return payloads.get(name, {}).get(SECTIONS[name], [])
+
+    def meta(name: str) -> dict[str, Any]:
+        return payloads.get(name, {}).get("meta", {})
+
+    results: list[dict[str, Any]] = section("parity")
+    shapes: list[dict[str, Any]] = section("shapes")
+    dtype_notes: dict[str, str] = meta("parity").get("dtype_notes", {})
+    samples = meta("parity").get("samples", args.samples or (2 if args.quick else 8))
+    for res in results + shapes:
         known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"])
         res["raw_status"] = res["status"]
         res["status"] = _known.apply(res["status"], known)
         res["known"] = known.as_dict() if known else None
-    memory: list[dict[str, Any]] = payloads.get("memory", {}).get("memory", [])
-    training: list[dict[str, Any]] = payloads.get("training", {}).get("training", [])
+    memory: list[dict[str, Any]] = section("memory")
+    training: list[dict[str, Any]] = section("training")
     skip = "--no-patched" if args.no_patched else _patched.skip_reason()
-    patched: list[dict[str, Any]] = payloads.get("patched", {}).get("patched", [])
+    patched: list[dict[str, Any]] = section("patched")
     if skip is not None:
         patched = [{"name": "patched-build checks", "status": "skip", "detail": skip}]
 
     unexpected = [r for r in results if r["status"] in UNEXPECTED]
+    unexpected += [
+        {**r, "check": f"{r['check']} [{r['case']}]"} for r in shapes if r["status"] in UNEXPECTED
+    ]
     unexpected += [
         {"op": m["op"], "check": "memory", "dtype": m["name"].partition(":")[2] or "-", **m}
         for m in memory
@@ -397,6 +483,17 @@ def main(argv: list[str] | None = None) -> int:
     self_test, unexpected = _self_test(faults, unexpected)
     if self_test is not None and kernel_faults:
         self_test["kernel_faults"] = kernel_faults
+        # Where each kernel fault fired, and, for the size-only ones, how the OpInfo rows of
+        # the same op came out: they pass when OpInfo's small samples miss the fault.
+        self_test["fired"] = {
+            name: meta(name).get("fault_fired", {}) for name in GROUPS if meta(name).get("fault_fired")
+        }
+        self_test["opinfo_rows"] = {
+            _faults.FAULTS[k].opinfo: sorted({f"{r['dtype']}/{r['check']}: {r['status']}" for r in results
+                                              if r["op"] == _faults.FAULTS[k].opinfo})
+            for k in kernel_faults
+            if _faults.FAULTS[k].opinfo
+        }  # fmt: skip
     if self_test is not None and not self_test["caught"]:
         exit_code = EXIT_FAULT_MISSED  # a planted fault that goes unreported: the suite is broken
     else:
@@ -408,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     memory_counts: dict[str, int] = {}
     for m in memory:
         memory_counts[m["status"]] = memory_counts.get(m["status"], 0) + 1
+    shape_counts: dict[str, int] = {}
+    for r in shapes:
+        shape_counts[r["status"]] = shape_counts.get(r["status"], 0) + 1
     checked, passing, failing = ops_summary(results)
     report = {
         "tool": "tests.regress",
@@ -434,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
             "ops_passing_on_device": len(passing),
             "ops_failing_on_device": failing,
             "memory_counts": memory_counts,
+            "shape_counts": shape_counts,
+            "shape_ops_failing": sorted({r["op"] for r in shapes if r["status"] in ("fail", "error", "xfail")}),
             "unexpected_failures": len(unexpected),
             "unexpected_passes": len(xpass),
             "training": {t["model"]: t["status"] for t in training},
@@ -447,6 +549,12 @@ def main(argv: list[str] | None = None) -> int:
         "groups": groups,
         "unexpected": unexpected,
         "results": results,
+        "shapes": shapes,
+        "shapes_notes": {
+            "tolerance": meta("shapes").get("shapes_tolerance", ""),
+            "large": meta("shapes").get("shapes_large", ""),
+            "budget": meta("shapes").get("shapes_budget", ""),
+        },
         "memory": memory,
         "training": training,
         "patched_checks": patched,
@@ -456,8 +564,12 @@ def main(argv: list[str] | None = None) -> int:
     md_path = args.out / "regress.md"
     json_path.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
     md_path.write_text(_report.markdown(report, unexpected, xpass), encoding="utf-8")
+    compat = _compat.build(report)
+    compat_path, compat_md = args.out / "compat.json", args.out / "compat.md"
+    compat_path.write_text(json.dumps(compat, indent=1) + "\n", encoding="utf-8")
+    compat_md.write_text(_compat.markdown(compat), encoding="utf-8")
     print(_report.console_summary(report, unexpected, xpass))
-    print(f"regress: wrote {json_path} and {md_path}; exit {exit_code}")
+    print(f"regress: wrote {json_path}, {md_path}, {compat_path} and {compat_md}; exit {exit_code}")
     return exit_code
 
 

@@ -253,6 +253,7 @@ def describe(device: str) -> DeviceInfo:
             "total_memory": props.total_memory,
             "cuda_runtime": torch.version.cuda,
             "hip": getattr(torch.version, "hip", None),
+            "integrated": bool(getattr(props, "is_integrated", False)),
         }
         return DeviceInfo(
             "cuda", name, family_of(name, "cuda"), "torch.cuda.get_device_name", details

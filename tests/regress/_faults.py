@@ -14,6 +14,19 @@ subprocess it belongs to:
   into a no-copy buffer gives. Installed as a TorchDispatchMode for the whole group process.
   Must be caught by a memory check.
 
+Two more are wrong only past a size, as a kernel is that assumes one threadgroup or a
+32-lane SIMD group (issue 17). OpInfo's samples (dimensions of about 5 to 20) never reach
+them; the shapes group (tests/regress/_shapes.py) must. Both are installed in the OpInfo and
+the shapes groups, on every device, as a TorchDispatchMode that corrupts the device's result
+of the op (float32/float16/bfloat16 only: the shapes group's float64 reference stays right),
+and each counts how often it fired:
+
+- `sum_partial_simd_tail`: a sum over one dimension longer than 1024 (past one threadgroup)
+  leaves out the last partial group of 32 elements (n % 32 of them): 1025, 4095, 4097,
+  65535 and 65537 are wrong; 1024, 4096 and 65536 are right. Must be caught by `shapes.sum`.
+- `softmax_tail_past_1024`: a softmax over a dimension longer than 1024 leaves the elements
+  past the 1024th out of the normalising sum. Must be caught by `shapes.softmax`.
+
 Each fault is reported in the JSON like a planted fault (self_test), with the rows that
 must catch it.
 """
@@ -31,15 +44,28 @@ ENV = "INTELMAC_REGRESS_KERNEL_FAULT"
 
 @dataclass(frozen=True)
 class KernelFault:
-    group: str  # the suite group whose process gets it
+    groups: tuple[str, ...]  # the suite groups whose processes get it
     catcher: str  # an op name, or a "memory." prefix of memory checks, that must fail
     devices: tuple[str, ...]
+    # The OpInfo op that runs the same kernel, for faults that only large shapes reveal: the
+    # report shows its rows beside the catcher's (they pass: OpInfo misses the fault).
+    opinfo: str = ""
 
 
+ALL_DEVICES = ("cuda", "mps", "xpu", "cpu")
 FAULTS = {
-    "softmax_odd_tail": KernelFault("parity", "softmax", ("cuda",)),
-    "copy_h2d_odd_offset": KernelFault("memory", "memory.", ("cuda", "mps", "xpu", "cpu")),
+    "softmax_odd_tail": KernelFault(("parity",), "softmax", ("cuda",)),
+    "copy_h2d_odd_offset": KernelFault(("memory",), "memory.", ALL_DEVICES),
+    "sum_partial_simd_tail": KernelFault(("parity", "shapes"), "shapes.sum", ALL_DEVICES, "sum"),
+    "softmax_tail_past_1024": KernelFault(
+        ("parity", "shapes"), "shapes.softmax", ALL_DEVICES, "softmax"
+    ),
 }
+#: How often each installed size-only fault changed a result, in this process.
+FIRED: dict[str, int] = {}
+SIMD = 32
+THREADGROUP = 1024
+_LOW = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def from_env() -> list[str]:
@@ -109,19 +135,88 @@ def _stale_tail_mode(device: str) -> Any:
     return StaleTail()
 
 
+def _sum_partial_simd_tail(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    x, dims = args[0], args[1] if len(args) > 1 else kwargs.get("dim")
+    keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if len(dims) != 1 or x.dim() == 0:
+        return None
+    d = dims[0] % x.dim()
+    n = x.shape[d]
+    if n <= THREADGROUP or n % SIMD == 0:
+        return None
+    FIRED["sum_partial_simd_tail"] = FIRED.get("sum_partial_simd_tail", 0) + 1
+    dtype = args[3] if len(args) > 3 else kwargs.get("dtype")
+    return x.narrow(d, 0, n - n % SIMD).sum(d, keepdim=keepdim, dtype=dtype)
+
+
+def _softmax_tail_past_1024(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    x, dim = args[0], args[1]
+    half_to_float = bool(args[2]) if len(args) > 2 else False
+    d = dim % max(x.dim(), 1)
+    if x.dim() == 0 or x.shape[d] <= THREADGROUP:
+        return None
+    FIRED["softmax_tail_past_1024"] = FIRED.get("softmax_tail_past_1024", 0) + 1
+    work = x.float()
+    e = (work - work.amax(d, keepdim=True)).exp()
+    y = e / e.narrow(d, 0, THREADGROUP).sum(d, keepdim=True)
+    return y.to(torch.float32 if half_to_float else x.dtype)
+
+
+def _size_only_mode(device: str, names: list[str]) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    wrong = {}
+    if "sum_partial_simd_tail" in names:
+        wrong[aten.sum.dim_IntList] = _sum_partial_simd_tail
+    if "softmax_tail_past_1024" in names:
+        wrong[aten._softmax.default] = _softmax_tail_past_1024
+
+    class SizeOnly(TorchDispatchMode):
+        """The device's kernels of sum/softmax, wrong only past a size."""
+
+        def __torch_dispatch__(  # type: ignore[override]
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            x = args[0] if args else None
+            bad = wrong.get(func)
+            if (
+                bad is not None
+                and isinstance(x, torch.Tensor)
+                and x.device.type == device
+                and x.dtype in _LOW
+            ):
+                out = bad(args, kwargs)  # ops inside run without this mode (popped)
+                if out is not None:
+                    return out
+            return func(*args, **kwargs)
+
+    return SizeOnly()
+
+
 def install_from_env(group: str, device: str) -> list[str]:
     """Install the faults of `group` for `device`; the names installed."""
     done = []
+    size_only = []
     for name in from_env():
         fault = FAULTS[name]
-        if fault.group != group or device not in fault.devices:
+        if group not in fault.groups or device not in fault.devices:
             continue
         if name == "softmax_odd_tail":
             _install_softmax_odd_tail(device)
-        else:
+        elif name == "copy_h2d_odd_offset":
             mode = _stale_tail_mode(device)
             mode.__enter__()  # for the rest of this group's process
             _LIBS.append(mode)
+        else:
+            size_only.append(name)
+            FIRED[name] = 0
         done.append(name)
         print(f"regress: kernel fault {name} planted in group {group}", flush=True)
+    if size_only:
+        mode = _size_only_mode(device, size_only)
+        mode.__enter__()
+        _LIBS.append(mode)
     return done

@@ -495,9 +495,31 @@ def checks(device: str, budget: int | None, fraction: float) -> list[Check]:
         _item_checks,
         _pinned_checks,
     ):
-        out.extend(make(device))
-    out.extend(_alloc_checks(device, budget, fraction))
+        _collect(out, make.__name__.strip("_").removesuffix("_checks"), lambda: make(device))
+    _collect(out, "alloc", lambda: _alloc_checks(device, budget, fraction))
     return out
+
+
+def _collect(out: list[Check], family: str, make: Callable[[], Iterator[Check]]) -> None:
+    """The checks `make` yields; if making them raises, one check that reports it."""
+    try:
+        out.extend(make())
+    except Exception as exc:  # noqa: BLE001  # a family that cannot be set up is a row, not a lost group
+
+        def raised(exc: Exception = exc) -> Pairs:
+            raise exc
+
+        out.append(Check(f"{family}:setup", raised))
+
+
+def budget_bytes(device: str, budget: int | None, fraction: float) -> tuple[int | None, str]:
+    """The allocation budget of this group (and of the shapes group's large tensors)."""
+    if budget is not None:
+        return budget, f"--memory-bytes {budget}"
+    ws, source = working_set(device)
+    if ws is None:
+        return None, source
+    return int(ws * fraction), f"{fraction:g} of {ws / 2**30:.2f} GiB ({source})"
 
 
 def run(
@@ -506,11 +528,16 @@ def run(
     budget: int | None = None,
     fraction: float = 0.6,
     echo: Callable[[str], None] = print,
+    stream: Any = None,
 ) -> list[dict[str, Any]]:
-    """Every memory check, one result each: pass, fail, error, unsupported or skip."""
+    """Every memory check, one result each: pass, fail, error, unsupported or skip; each
+    written to `stream` as it finishes."""
     results = []
     for check in checks(device, budget, fraction):
         t0 = time.perf_counter()
+        if stream is not None:
+            stream.begin("memory", {"name": check.name, "op": f"memory.{check.name}",
+                                    "status": "error", "detail": "", "seconds": 0.0})  # fmt: skip
         row: dict[str, Any] = {"name": check.name, "op": f"memory.{check.name}", "status": "pass"}
         fault = next((f for f in faults if f.memory and f.targets(row["op"])), None)
         try:
@@ -537,6 +564,8 @@ def run(
             row["status"], row["detail"] = status, _short(exc)
         row["seconds"] = time.perf_counter() - t0
         results.append(row)
+        if stream is not None:
+            stream.row("memory", row)
         if row["status"] != "pass":
             echo(f"regress: memory {check.name}: {row['status']} {row.get('detail', '')}")
     return results

@@ -306,7 +306,9 @@ class PlantedFault:
     """Self-test: corrupt one op's device output; the suite must catch it.
 
     `mode` "noise" multiplies by 1 +- `relative` with random signs; "nan" puts a NaN in the
-    first element of every non-empty floating output. An `op` that starts with "memory."
+    first element of every non-empty floating output; "raise" makes the op raise, and
+    "raise-backward" makes its backward raise (a kernel the GPU lacks): the row must become an
+    `error` with the message, and no other row may be lost. An `op` that starts with "memory."
     names a prefix of the memory group's checks (tests/regress/_memory.py), whose device
     result then has its last element off by one (a stale element, as a short copy leaves it).
     """
@@ -326,6 +328,10 @@ class PlantedFault:
     def apply(self, out: Any, seed: int) -> Any:
         if self.mode == "kernel":
             return out  # planted in a kernel (tests/regress/_faults.py): nothing to add here
+        if self.mode == "raise":
+            raise RuntimeError(f"planted fault: {self.op} raised (INTELMAC_REGRESS_PLANT_FAULT)")
+        if self.mode == "raise-backward":
+            return _map_tensors(out, lambda t: _RaisingBackward.apply(t, self.op) if t.requires_grad else t)
         gen = torch.Generator().manual_seed(seed)
 
         def perturb(t: torch.Tensor) -> torch.Tensor:
@@ -356,8 +362,24 @@ class PlantedFault:
         return {"op": self.op, "relative": self.relative, "mode": self.mode}
 
 
+class _RaisingBackward(torch.autograd.Function):
+    """Identity whose backward raises, as an op whose backward kernel is missing does."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, op: str) -> torch.Tensor:  # type: ignore[override]
+        ctx.op = op
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:  # type: ignore[override]
+        raise RuntimeError(
+            f"planted fault: the backward of {ctx.op} raised (INTELMAC_REGRESS_PLANT_FAULT)"
+        )
+
+
 def parse_faults(raw: str) -> list[PlantedFault]:
-    """`<op>[:<relative>|:nan]`, comma-separated: e.g. "mm:nan,memory.copy_h2d_offset"."""
+    """`<op>[:<relative>|:nan|:raise|:raise-backward]`, comma-separated: e.g.
+    "mm:nan,memory.copy_h2d_offset,torchvision.ops.roi_align:raise-backward"."""
     faults = []
     for item in raw.split(","):
         item = item.strip()
@@ -365,15 +387,15 @@ def parse_faults(raw: str) -> list[PlantedFault]:
             continue
         op, _, arg = item.partition(":")
         op = op or "add"
-        if arg == "nan":
-            faults.append(PlantedFault(op, 0.0, "nan"))
+        if arg in ("nan", "raise", "raise-backward"):
+            faults.append(PlantedFault(op, 0.0, arg))
             continue
         try:
             rel = float(arg) if arg else 1e-2
         except ValueError:
             raise ValueError(
                 f"INTELMAC_REGRESS_PLANT_FAULT: {item!r}: after ':' give a relative error "
-                "(e.g. mm:0.05) or 'nan'"
+                "(e.g. mm:0.05), 'nan', 'raise' or 'raise-backward'"
             ) from None
         faults.append(PlantedFault(op, rel))
     return faults
@@ -528,9 +550,14 @@ class ParityRunner:
                 if not _sample_ok(op_name, sample):
                     continue
                 taken += 1
-                self._run_sample(
-                    info, op_name, sample, index, dtype, tol, gtol, want_grad, fwd, grad
-                )
+                try:
+                    self._run_sample(
+                        info, op_name, sample, index, dtype, tol, gtol, want_grad, fwd, grad
+                    )
+                except Exception as exc:  # noqa: BLE001  # e.g. the copy to the device raised
+                    fwd.worse(_classify(exc), f"sample {index}: {_short(exc)}")
+                    if want_grad:
+                        grad.skip(f"sample {index}: the check raised")
         except Exception as exc:  # noqa: BLE001  # sample generation itself failed: a suite problem, say so
             fwd.worse("error", f"sample generation: {_short(exc)}")
         seconds = time.perf_counter() - started

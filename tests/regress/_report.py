@@ -86,6 +86,9 @@ def markdown(
         "Memory checks: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summ["memory_counts"].items())) or "none"),
         "",
+        "Shapes checks: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("shape_counts", {}).items())) or "none"),
+        "",
         "Groups (each in its own process): "
         + ", ".join(f"{k} {v}" for k, v in summ["groups"].items()),
         "",
@@ -219,6 +222,7 @@ def markdown(
                 f"{_cell(report['results'], op, 'bfloat16', 'forward') or _cell(report['results'], '*', 'bfloat16', 'forward')} | {err} |"
             )
         lines.append("")
+    lines += _shapes_section(report)
     if report.get("memory"):
         lines += [
             "## Memory paths",
@@ -237,6 +241,61 @@ def markdown(
     return "\n".join(lines)
 
 
+def _shapes_section(report: dict[str, Any]) -> list[str]:
+    rows = report.get("shapes") or []
+    if not rows:
+        return []
+    notes = report.get("shapes_notes", {})
+    lines = [
+        "## Shapes (boundary sizes against a float64 reference)",
+        "",
+        f"Tolerance: `{notes.get('tolerance', '')}`. n is the reduction length of the case; "
+        "s the magnitude of the summed terms (tests/regress/tolerances.yaml, `shapes`).",
+        f"Large tensors: {notes.get('large', '')}; budget {notes.get('budget', '')}.",
+        "",
+    ]
+    # How the accumulated bound grows: lambda * sqrt(n) * u_acc at a few lengths, per dtype.
+    factors: dict[tuple[str, int], float] = {}
+    for r in rows:
+        if r.get("tol_factor") and r["check"] == "forward" and r["op"] in ("shapes.sum", "shapes.matmul"):
+            factors.setdefault((f"{r['op'][7:]} {r['dtype']}", r["n"]), r["tol_factor"])
+    lengths = sorted({n for _, n in factors})
+    if lengths:
+        shown = [n for n in lengths if n in (31, 33, 1025, 4097, 65537)] or lengths[:5]
+        lines += ["| sqrt(n) term of the bound, per unit of s | " + " | ".join(f"n={n}" for n in shown) + " |",
+                  "|---|" + "---|" * len(shown)]  # fmt: skip
+        for key in sorted({k for k, _ in factors}):
+            lines.append(f"| {key} | " + " | ".join(
+                f"{factors[(key, n)]:.2g}" if (key, n) in factors else "" for n in shown) + " |")  # fmt: skip
+        lines.append("")
+    by_op: dict[str, dict[str, list[str]]] = {}
+    for r in rows:
+        by_op.setdefault(r["op"], {}).setdefault(r["dtype"], []).append(r["status"])
+    dtypes = ["float32", "float16", "bfloat16"]
+    lines += ["| op | " + " | ".join(dtypes) + " | worst err / bound |", "|---|---|---|---|---|"]
+    for op, per in by_op.items():
+        ratios = [r["err_ratio"] for r in rows if r["op"] == op and isinstance(r.get("err_ratio"), (int, float))
+                  and r["err_ratio"] != float("inf")]  # fmt: skip
+        cells = []
+        for d in dtypes:
+            st = per.get(d, [])
+            ok = sum(1 for x in st if x == "pass")
+            cells.append(f"{ok}/{len(st)} ok" if st else "")
+        lines.append(f"| {op} | " + " | ".join(cells) + f" | {max(ratios):.2g} |" if ratios else f"| {op} | " + " | ".join(cells) + " | |")
+    bad = [r for r in rows if r["status"] not in ("pass", "skip")]
+    if bad:
+        lines += ["", "| op | dtype | check | case | n | status | detail |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"| {r['op']} | {r['dtype']} | {r['check']} | {r['case']} | {r['n']} | {r['status']} | "
+            f"{str(r.get('detail', '')).replace('|', '/')} |"
+            for r in bad[:60]
+        ]
+        if len(bad) > 60:
+            lines.append(f"| ... | | | {len(bad) - 60} more in regress.json | | | |")
+    lines.append("")
+    return lines
+
+
 def console_summary(
     report: dict[str, Any], unexpected: list[dict[str, Any]], xpass: list[dict[str, Any]]
 ) -> str:
@@ -246,6 +305,8 @@ def console_summary(
         + ", ".join(f"{k} {v}" for k, v in sorted(summ["counts"].items()))
         + "; memory checks: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summ["memory_counts"].items())) or "none")
+        + "; shapes checks: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("shape_counts", {}).items())) or "none")
     ]
     out += [
         f"  group {name}: {g['detail']}"

@@ -116,63 +116,68 @@ MODELS: dict[
 }
 
 
+def _failed(name: str, steps: int, tol: Tolerance, detail: str, seconds: float = 0.0) -> TrainingResult:
+    return TrainingResult(name, "error", steps, [], [], math.nan, tol.atol, tol.rtol, detail, seconds)
+
+
 def run(
-    device: str, steps: int, tol: Tolerance, seed: int = 0, models: tuple[str, ...] = tuple(MODELS)
+    device: str, steps: int, tol: Tolerance, seed: int = 0, models: tuple[str, ...] = tuple(MODELS),
+    stream: Any = None,
 ) -> list[TrainingResult]:
+    """Each model's result, written to `stream` as it finishes."""
     results: list[TrainingResult] = []
     for name in models:
+        if stream is not None:
+            stream.begin("training", _failed(name, steps, tol, "").as_dict())
+        results.append(_run_model(name, device, steps, tol, seed))
+        if stream is not None:
+            stream.row("training", results[-1].as_dict())
+    return results
+
+
+def _run_model(name: str, device: str, steps: int, tol: Tolerance, seed: int) -> TrainingResult:
+    started = time.perf_counter()
+    try:
         build, data, lr = MODELS[name]
-        started = time.perf_counter()
         torch.manual_seed(seed)
         base = build()  # built once on the CPU: both runs start from identical weights
         batches = data(steps, seed + 1)
-        try:
-            cpu_losses = _train(copy.deepcopy(base), batches, "cpu", lr)
-            dev_losses = _train(copy.deepcopy(base), batches, device, lr)
-        except Exception as exc:  # noqa: BLE001
-            results.append(
-                TrainingResult(
-                    name,
-                    "error",
-                    steps,
-                    [],
-                    [],
-                    math.nan,
-                    tol.atol,
-                    tol.rtol,
-                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                    time.perf_counter() - started,
-                )
+    except Exception as exc:  # noqa: BLE001
+        return _failed(name, steps, tol, f"setup: {type(exc).__name__}: {exc}", time.perf_counter() - started)
+    try:
+        cpu_losses = _train(copy.deepcopy(base), batches, "cpu", lr)
+        dev_losses = _train(copy.deepcopy(base), batches, device, lr)
+    except Exception as exc:  # noqa: BLE001
+        return _failed(
+            name, steps, tol,
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            time.perf_counter() - started,
+        )  # fmt: skip
+    diffs = [abs(d - c) for d, c in zip(dev_losses, cpu_losses)]
+    status, detail = "pass", ""
+    if any(not math.isfinite(v) for v in dev_losses + cpu_losses):
+        status, detail = "fail", "NaN or inf loss"
+    else:
+        for step, (d, c) in enumerate(zip(dev_losses, cpu_losses)):
+            if abs(d - c) > tol.atol + tol.rtol * abs(c):
+                status = "fail"
+                detail = f"step {step}: device loss {d:.6f} vs CPU {c:.6f}"
+                break
+        if status == "pass" and not cpu_losses[-1] < cpu_losses[0]:
+            # A run that does not learn would agree trivially; flag it so the smoke means something.
+            status, detail = (
+                "fail",
+                f"CPU loss did not fall ({cpu_losses[0]:.4f} -> {cpu_losses[-1]:.4f})",
             )
-            continue
-        diffs = [abs(d - c) for d, c in zip(dev_losses, cpu_losses)]
-        status, detail = "pass", ""
-        if any(not math.isfinite(v) for v in dev_losses + cpu_losses):
-            status, detail = "fail", "NaN or inf loss"
-        else:
-            for step, (d, c) in enumerate(zip(dev_losses, cpu_losses)):
-                if abs(d - c) > tol.atol + tol.rtol * abs(c):
-                    status = "fail"
-                    detail = f"step {step}: device loss {d:.6f} vs CPU {c:.6f}"
-                    break
-            if status == "pass" and not cpu_losses[-1] < cpu_losses[0]:
-                # A run that does not learn would agree trivially; flag it so the smoke means something.
-                status, detail = (
-                    "fail",
-                    f"CPU loss did not fall ({cpu_losses[0]:.4f} -> {cpu_losses[-1]:.4f})",
-                )
-        results.append(
-            TrainingResult(
-                name,
-                status,
-                steps,
-                dev_losses,
-                cpu_losses,
-                max(diffs) if diffs else math.nan,
-                tol.atol,
-                tol.rtol,
-                detail,
-                time.perf_counter() - started,
-            )
-        )
-    return results
+    return TrainingResult(
+        name,
+        status,
+        steps,
+        dev_losses,
+        cpu_losses,
+        max(diffs) if diffs else math.nan,
+        tol.atol,
+        tol.rtol,
+        detail,
+        time.perf_counter() - started,
+    )

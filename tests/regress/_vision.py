@@ -84,16 +84,28 @@ def run_op(
             for fault in faults:
                 if fault.targets(qualified):
                     got = fault.apply(got, seed)
-        except Exception as exc:  # the device cannot run it: report, as OpInfo ops are
-            for check in checks:
-                status[check], detail[check] = "error", f"sample {seed}: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001  # the device cannot run it: report, as OpInfo ops are
+            status["forward"] = _parity._classify(exc)
+            detail["forward"] = f"sample {seed}: {_parity._short(exc)}"
+            if "grad" in status:
+                status["grad"], detail["grad"] = "skip", f"sample {seed}: forward raised"
             break
         pairs = [("forward", got, want)]
-        if name in WITH_BACKWARD:
+        if name in WITH_BACKWARD and status["grad"] == "pass":
+            # A backward that raises (a missing kernel on a new GPU) is this row's error; the
+            # forward row and every other op's rows go on.
             weight = torch.rand(want.shape, generator=torch.Generator().manual_seed(seed))
-            (grad_want,) = torch.autograd.grad((want * weight).sum(), cpu_x)
-            (grad_got,) = torch.autograd.grad((got * weight.to(device)).sum(), dev_x)
-            pairs.append(("grad", grad_got, grad_want))
+            try:
+                (grad_want,) = torch.autograd.grad((want * weight).sum(), cpu_x)
+            except Exception as exc:  # noqa: BLE001
+                status["grad"], detail["grad"] = "skip", f"sample {seed}: CPU backward raised {_parity._short(exc)}"
+            else:
+                try:
+                    (grad_got,) = torch.autograd.grad((got * weight.to(device)).sum(), dev_x)
+                    pairs.append(("grad", grad_got, grad_want))
+                except Exception as exc:  # noqa: BLE001
+                    status["grad"] = _parity._classify(exc)
+                    detail["grad"] = f"sample {seed}: backward {_parity._short(exc)}"
         for check, actual, expected in pairs:
             result = _parity.compare(actual.detach(), expected.detach(), TOLERANCE, None)
             worst[check].max_abs = max(worst[check].max_abs, result.max_abs)
@@ -111,11 +123,28 @@ def run_op(
     ]
 
 
-def run(device: str, faults: Sequence[_parity.PlantedFault]) -> list[_parity.Result]:
-    """Every op's rows; none (and a line saying why) when torchvision is not installed."""
+def run(
+    device: str, faults: Sequence[_parity.PlantedFault], stream: Any = None
+) -> list[_parity.Result]:
+    """Every op's rows, each written to `stream` as it finishes; none (and a line saying why)
+    when torchvision is not installed."""
     reason = skip_reason()
     if reason is not None:
         print(f"regress: torchvision's MPS ops not checked: {reason}", flush=True)
         return []
     print(f"regress: torchvision's MPS ops: {', '.join(OPS)}", flush=True)
-    return [result for name in OPS for result in run_op(device, name, faults)]
+    results: list[_parity.Result] = []
+    for name in OPS:
+        qualified = f"torchvision.ops.{name}"
+        if stream is not None:
+            stream.begin("results", _parity.Result(qualified, FAMILY, "float32", "forward", "error").as_dict())
+        try:
+            rows = run_op(device, name, faults)
+        except Exception as exc:  # noqa: BLE001  # the check's own code: still this op's row
+            rows = [_parity.Result(qualified, FAMILY, "float32", "forward", "error",
+                                   detail=f"check raised {_parity._short(exc)}")]  # fmt: skip
+        for row in rows:
+            results.append(row)
+            if stream is not None:
+                stream.row("results", row.as_dict())
+    return results

@@ -63,12 +63,25 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
         assert "macOS" in report["patched_checks"][0]["detail"]
     md = (tmp_path / "regress.md").read_text()
     assert "**Result: PASS**" in md and "| nn.functional.conv2d | conv |" in md
+    # Issue 17: the shapes group runs with --quick too, every op of it, and passes.
+    from tests.regress import _compat, _shapes
+
+    assert report["groups"]["shapes"]["status"] == "ok", report["groups"]["shapes"]
+    assert {r["op"] for r in report["shapes"]} == {f"shapes.{op}" for op in _shapes.OPS}
+    assert {r["status"] for r in report["shapes"]} == {"pass"}
+    assert {1025, 65537} <= {r["n"] for r in report["shapes"]}  # a few boundary sizes kept
+    assert "sqrt(n)" in report["shapes_notes"]["tolerance"] and "## Shapes" in md
+    compat = json.loads((tmp_path / "compat.json").read_text())
+    _compat.validate(compat)
+    assert compat["run"]["exit_code"] == 0 and set(compat["counts"]) == {"pass", "skip"}
+    assert all(e["status"] == "pass" for e in compat["ops"] if e["group"] in ("parity", "shapes"))
 
 
 @pytest.mark.slow
 def test_self_test_fault_is_reported_as_failure(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--self-test", "--no-training", "--no-memory", "--ops", "add", "mul"
+        tmp_path, "--quick", "--self-test", "--no-training", "--no-memory", "--no-shapes",
+        "--ops", "add", "mul",
     )
     assert code == 0, log  # caught, nothing else failed (issue 12: not the 1 of a real failure)
     assert report["self_test"]["planted_op"] == "add"
@@ -89,7 +102,7 @@ def test_env_fault_and_known_failures(tmp_path: Path) -> None:
         "    - {id: fixed, ops: [add], dtypes: [float32], checks: [forward], issue: 2, reason: test}\n"
     )
     common = (
-        "--quick", "--no-training", "--no-memory", "--dtypes", "float32",
+        "--quick", "--no-training", "--no-memory", "--no-shapes", "--dtypes", "float32",
         "--known-failures", str(known),
     )
     # The environment plants the fault in another op (mm). The known-failures file lists mm, so

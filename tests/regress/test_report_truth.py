@@ -27,6 +27,7 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str,
     code, report, log = run_suite(
         out,
         "--no-training",
+        "--no-shapes",
         "--ops",
         "mm",
         "add",
@@ -106,7 +107,8 @@ def test_point6_title_names_the_device(faulty_run: Any) -> None:
 def test_point10_self_test_exit_codes(tmp_path: Path) -> None:
     # Caught, nothing else failed: 0, not the 1 of a real failure.
     code, report, log = run_suite(
-        tmp_path / "a", "--quick", "--self-test", "--no-training", "--no-memory", "--ops", "add"
+        tmp_path / "a", "--quick", "--self-test", "--no-training", "--no-memory", "--no-shapes",
+        "--ops", "add",
     )
     assert code == 0, log
     assert report["self_test"]["caught"] is True
@@ -124,6 +126,7 @@ def test_point10_self_test_exit_codes(tmp_path: Path) -> None:
         "--self-test",
         "--no-training",
         "--no-memory",
+        "--no-shapes",
         "--ops",
         "add",
         "--known-failures",
@@ -185,6 +188,8 @@ def test_abort_in_one_group_is_recorded_and_the_report_survives(tmp_path: Path) 
         tmp_path,
         "--quick",
         "--no-training",
+        "--shapes-ops",
+        "sum",
         "--ops",
         "add",
         "--dtypes",
@@ -215,6 +220,7 @@ def test_kernel_fault_below_the_suite_is_caught(tmp_path: Path) -> None:
         tmp_path,
         "--no-parity",
         "--no-training",
+        "--no-shapes",
         env={"INTELMAC_REGRESS_KERNEL_FAULT": "copy_h2d_odd_offset"},
     )
     assert code == 0, log  # caught, and nothing outside the memory group failed
@@ -225,6 +231,6 @@ def test_kernel_fault_below_the_suite_is_caught(tmp_path: Path) -> None:
     failed = {m["name"] for m in report["memory"] if m["status"] == "fail"}
     assert failed, report["memory"]
     code, _, log = run_suite(
-        tmp_path / "bad", "--no-parity", env={"INTELMAC_REGRESS_KERNEL_FAULT": "nonsense"}
+        tmp_path / "bad", "--no-parity", "--no-shapes", env={"INTELMAC_REGRESS_KERNEL_FAULT": "nonsense"}
     )
     assert code == 2 and "unknown fault" in log, log
