@@ -314,7 +314,10 @@ def _worker(kind: str, device: str, names: Sequence[str], budget_s: float) -> in
             except Exception as exc:  # noqa: BLE001  # reported as this check's error
                 record = {"status": "error", "message": _one_line(exc)}
         else:
-            record = _time_workload(_WORKLOAD_BY_NAME[name], device, budget_s)
+            try:
+                record = _time_workload(_WORKLOAD_BY_NAME[name], device, budget_s)
+            except Exception as exc:  # noqa: BLE001  # no timing for this one; the others go on
+                record = {"message": _one_line(exc)}
         record.update(event="end", name=name, seconds=round(time.perf_counter() - started, 3))
         _emit(record)
     return 0

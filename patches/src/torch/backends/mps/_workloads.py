@@ -11,7 +11,7 @@ without touching a device, and ``torch.nn`` is imported where a model is built.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 
@@ -28,12 +28,15 @@ def randn(shape: Tuple[int, ...], device: str, dtype: torch.dtype, seed: int) ->
     return torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
 
 
-def matmul_setup(n: int, layout: str = "NN", dtype: torch.dtype = torch.float32) -> Setup:
-    """C = A @ B (NN) or A @ B^T with B stored row-major n x n (NT), as the BLAS names go."""
+def matmul_setup(n: int, layout: str = "NN", dtype: Optional[torch.dtype] = None) -> Setup:
+    """C = A @ B (NN) or A @ B^T with B stored row-major n x n (NT), as the BLAS names go.
+
+    ``dtype`` defaults to float32 (looked up at setup: nothing of torch's is touched at import).
+    """
 
     def setup(device: str) -> Callable[[], Any]:
-        a = randn((n, n), device, dtype, 1)
-        b = randn((n, n), device, dtype, 2)
+        a = randn((n, n), device, dtype or torch.float32, 1)
+        b = randn((n, n), device, dtype or torch.float32, 2)
         if layout == "NT":
             return lambda: a @ b.t()
         return lambda: a @ b
