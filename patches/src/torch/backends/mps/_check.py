@@ -73,8 +73,9 @@ def _compare(what: str, got: torch.Tensor, ref: torch.Tensor, rtol: float, atol:
     float32 kernel may sum in another order or use TF32/fast math, which moves small values
     by much more than their own size but never by much compared with the largest one.
     """
-    got64 = got.detach().to("cpu", torch.float64)
-    ref64 = ref.detach().to("cpu", torch.float64)
+    # To the CPU first, then to float64: MPS has no float64, so no conversion may happen there.
+    got64 = got.detach().to("cpu").to(torch.float64)
+    ref64 = ref.detach().to("cpu").to(torch.float64)
     if got64.shape != ref64.shape:
         raise _Mismatch(f"{what}: shape {tuple(got64.shape)}, expected {tuple(ref64.shape)}")
     if not bool(torch.isfinite(got64).all()):
@@ -117,9 +118,10 @@ def _forward_backward(
     """fn on the device in float32 and on the CPU in float64; outputs and gradients compared."""
     results = []
     for where, dtype in ((device, torch.float32), ("cpu", torch.float64)):
-        args = [t.to(where, dtype).requires_grad_(True) for t in inputs]
+        # Cast on the CPU, then move: the float64 data never reaches the device.
+        args = [t.to(dtype).to(where).requires_grad_(True) for t in inputs]
         out = fn(*args)
-        grad_out = _data(tuple(out.shape), seed).to(where, dtype)
+        grad_out = _data(tuple(out.shape), seed).to(dtype).to(where)
         grads = torch.autograd.grad(out, args, grad_out)
         results.append((out, grads))
     (out, grads), (ref, ref_grads) = results
@@ -197,7 +199,7 @@ def smoke_optimizer_step(device: str) -> None:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)).to(where, dtype)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-        x = _data((16, 32), 15).to(where, dtype)
+        x = _data((16, 32), 15).to(dtype).to(where)
         labels = torch.arange(16).remainder(10).to(where)
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), labels).backward()
