@@ -7,7 +7,9 @@ prints ``PASS name`` or ``FAIL name: why``; the exit status is the number of fai
 * ``api``   - the patched ``torch.backends.mps`` contract (issue 3): ``allow_intel_gpu``
   (default False, settable, ``PYTORCH_MPS_ALLOW_INTEL_GPU`` parsing with one warning for a
   bad value), ``devices()``, ``unavailable_reason()``, ``build_info()``,
-  ``python -m torch.backends.mps``. With ``--expect-no-gpu`` (hosted runners) MPS must be
+  ``python -m torch.backends.mps``, ``python -m torch.backends.mps --check`` (issue 18:
+  exit 2 with the reason where MPS is unusable, 0 where every smoke check passes) and
+  ``torch.backends.mps.check``. With ``--expect-no-gpu`` (hosted runners) MPS must be
   unusable, say why, and not blame the macOS version.
 * ``smoke`` - CPU operations with known answers.
 
@@ -42,7 +44,8 @@ MISLEADING = "supported on macOS 14.0+"
 
 API_CHECKS = ("version", "mps-built", "api-present", "allow-intel-gpu-default-off",
               "allow-intel-gpu-settable", "env-valid-values", "env-invalid-value-warns-once",
-              "devices", "unavailable-reason", "python-m-torch.backends.mps", "build-info",
+              "devices", "unavailable-reason", "python-m-torch.backends.mps", "mps-check",
+              "build-info",
               "opt-in-without-gpu", "mps-tensor-error")
 SMOKE_CHECKS = ("cpu-matmul", "cpu-conv2d", "cpu-autograd", "cpu-softmax", "cpu-training")
 
@@ -284,6 +287,35 @@ class Checks:
                     f"python -m torch.backends.mps does not show the build information "
                     f"(wheel_version {info['wheel_version']!r}):\n{output[-2000:]}")
 
+    def mps_check(self) -> None:
+        import torch
+
+        mps = torch.backends.mps
+        require(callable(getattr(mps, "check", None)), "torch.backends.mps has no check()")
+        # Smoke checks only: timings say nothing about the wheel and take a minute.
+        result = subprocess.run([sys.executable, "-m", "torch.backends.mps", "--check", "--json",
+                                 "--no-timings"], capture_output=True, text=True, timeout=600,
+                                check=False)
+        output = result.stdout + result.stderr
+        try:
+            data = json.loads(result.stdout)
+        except ValueError:
+            raise CheckFailed(f"--check --json printed no JSON (exit {result.returncode}):\n"
+                              f"{output[-2000:]}") from None
+        if not mps.is_available():
+            reason = mps.unavailable_reason() or ""
+            require(result.returncode == 2 and data.get("status") == "unavailable",
+                    f"--check exited {result.returncode} with status {data.get('status')!r}, "
+                    f"expected 2 and 'unavailable' where MPS is unusable:\n{output[-2000:]}")
+            require(bool(reason) and data.get("reason") == reason,
+                    f"--check gives the reason {data.get('reason')!r}, the device report "
+                    f"{reason!r}")
+            return
+        not_passing = [(r["op"], r["status"], r["message"]) for r in data.get("results", [])
+                       if r.get("status") != "pass"]
+        require(result.returncode == 0 and data.get("results") and not not_passing,
+                f"--check exited {result.returncode}; not passing: {not_passing}")
+
     def build_info(self) -> None:
         import torch
 
@@ -382,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         checks.run("devices", checks.devices)
         checks.run("unavailable-reason", checks.unavailable_reason)
         checks.run("python-m-torch.backends.mps", checks.module_report)
+        checks.run("mps-check", checks.mps_check)
         checks.run("build-info", checks.build_info)
         if args.expect_no_gpu:
             checks.run("opt-in-without-gpu", checks.opt_in_without_gpu)

@@ -91,16 +91,8 @@ def _rate(kernel: _kernels.Kernel, seconds: float) -> dict[str, float | None]:
 
 def _time_on(kernel: _kernels.Kernel, device: str, budget: float) -> dict[str, Any]:
     try:
-        fn = kernel.setup(device)
-        slow = device == "cpu"
-        timing = _timing.measure(
-            fn,
-            device,
-            warmup=1 if slow else 3,
-            min_repeats=3 if slow else 5,
-            budget_s=budget if not slow else budget / 2,
-            target_s=0.01 if slow else 0.02,
-        )
+        # The rules per kind of device are the ones python -m torch.backends.mps --check uses.
+        timing = _timing.measure_on(kernel.setup(device), device, budget)
     except Exception as exc:  # noqa: BLE001  # report the kernel as failed and go on with the others
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     return {**timing.as_dict(), **_rate(kernel, timing.median_s)}

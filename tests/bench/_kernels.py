@@ -1,6 +1,10 @@
 """What the benchmark measures. Each kernel builds its tensors on a device and returns the
 closure to time, with the work it does (FLOPs or bytes) counted analytically, so GFLOPS and
-GB/s mean the same on every device."""
+GB/s mean the same on every device.
+
+The kernels that ``python -m torch.backends.mps --check`` also times (matmul, conv2d, the
+small-op chain, the small CNN's training step) are built by the wheel's own
+``_workloads.py`` (loaded by ``_shared``): the same names are the same work in both."""
 
 from __future__ import annotations
 
@@ -10,6 +14,10 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from ._shared import load
+
+_workloads = load("_workloads")
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -29,27 +37,17 @@ class Kernel:
     libs: tuple[str, ...] = ()
 
 
-def _randn(shape: tuple[int, ...], device: str, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    # Random data, never zeros: some GPUs run faster on zeros (power), which flatters them.
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+_randn = _workloads.randn  # random data from a fixed seed, never zeros
 
 
 def matmul(n: int, layout: str, dtype: str = "float32", cpu_baseline: bool = True) -> Kernel:
     """C = A @ B (NN) or A @ B^T with B stored row-major n x n (NT), as the BLAS names go."""
 
-    def setup(device: str) -> Callable[[], Any]:
-        a = _randn((n, n), device, DTYPES[dtype], 1)
-        b = _randn((n, n), device, DTYPES[dtype], 2)
-        if layout == "NT":
-            return lambda: a @ b.t()
-        return lambda: a @ b
-
     return Kernel(
         f"matmul_{layout}_{n}" + ("" if dtype == "float32" else f"_{dtype}"),
         "matmul",
         dtype,
-        setup,
+        _workloads.matmul_setup(n, layout, DTYPES[dtype]),
         flops=2.0 * n * n * n,
         params={"n": n, "layout": layout},
         cpu_baseline=cpu_baseline,
@@ -60,17 +58,11 @@ def matmul(n: int, layout: str, dtype: str = "float32", cpu_baseline: bool = Tru
 def conv2d(label: str, batch: int, cin: int, cout: int, hw: int, k: int, stride: int) -> Kernel:
     pad = k // 2
     out_hw = (hw + 2 * pad - k) // stride + 1
-
-    def setup(device: str) -> Callable[[], Any]:
-        x = _randn((batch, cin, hw, hw), device, torch.float32, 3)
-        w = _randn((cout, cin, k, k), device, torch.float32, 4) * (1.0 / (cin * k * k) ** 0.5)
-        return lambda: torch.nn.functional.conv2d(x, w, stride=stride, padding=pad)
-
     return Kernel(
         f"conv2d_{label}",
         "conv2d",
         "float32",
-        setup,
+        _workloads.conv2d_setup(batch, cin, cout, hw, k, stride),
         flops=2.0 * batch * cout * out_hw * out_hw * cin * k * k,
         params={"batch": batch, "cin": cin, "cout": cout, "hw": hw, "k": k, "stride": stride},
         libs=("conv",),
@@ -89,6 +81,18 @@ def elementwise(kind: str, n: int) -> Kernel:
     moved = (3 if kind == "add" else 2) * 4.0 * n  # read every input once, write the output once
     return Kernel(
         f"elementwise_{kind}_{n}", "elementwise", "float32", setup, bytes=moved, params={"n": n}
+    )
+
+
+def small_ops(n: int, rounds: int) -> Kernel:
+    """A chain of 3 * rounds elementwise ops on an n x n tensor: launch cost, not bandwidth."""
+    return Kernel(
+        f"small_ops_chain_{n}x{n}",
+        "small_ops",
+        "float32",
+        _workloads.small_ops_setup(n, rounds),
+        bytes=_workloads.small_ops_bytes(n, rounds),
+        params={"n": n, "rounds": rounds},
     )
 
 
@@ -124,50 +128,7 @@ def layer_norm(rows: int, cols: int) -> Kernel:
     )
 
 
-def _small_resnet(width: int) -> nn.Module:
-    def block(cin: int, cout: int, stride: int) -> nn.Module:
-        return nn.Sequential(
-            nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
-            nn.BatchNorm2d(cout),
-            nn.ReLU(),
-            nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
-            nn.BatchNorm2d(cout),
-            nn.ReLU(),
-        )
-
-    return nn.Sequential(
-        nn.Conv2d(3, width, 3, 1, 1, bias=False),
-        nn.BatchNorm2d(width),
-        nn.ReLU(),
-        block(width, width, 1),
-        block(width, 2 * width, 2),
-        block(2 * width, 4 * width, 2),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(4 * width, 10),
-    )
-
-
-def _training_step(
-    build: Callable[[], nn.Module],
-    make_batch: Callable[[str], tuple[torch.Tensor, torch.Tensor]],
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-) -> Callable[[str], Callable[[], Any]]:
-    def setup(device: str) -> Callable[[], Any]:
-        torch.manual_seed(0)
-        model = build().to(device)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-        x, y = make_batch(device)
-
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            loss_fn(model(x), y).backward()
-            opt.step()
-
-        return step
-
-    return setup
-
+_training_step = _workloads.training_step_setup
 
 def count_flops(setup: Callable[[str], Callable[[], Any]]) -> float | None:
     """FLOPs of one call, counted by torch's FlopCounterMode on the CPU (matmuls and convs,
@@ -183,14 +144,7 @@ def count_flops(setup: Callable[[str], Callable[[], Any]]) -> float | None:
 
 
 def train_cnn(batch: int, width: int, hw: int) -> Kernel:
-    setup = _training_step(
-        lambda: _small_resnet(width),
-        lambda d: (
-            _randn((batch, 3, hw, hw), d, torch.float32, 9),
-            torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(9)).to(d),
-        ),
-        nn.functional.cross_entropy,
-    )
+    setup = _workloads.small_cnn_training_setup(batch, width, hw)
     return Kernel(
         f"train_step_small_cnn_b{batch}",
         "training",
@@ -241,6 +195,7 @@ def suite(smoke: bool, matmul_bf16: int | None = None) -> list[Kernel]:
         kernels += [
             elementwise("add", 1 << 16),
             elementwise("copy", 1 << 16),
+            small_ops(16, 2),
             softmax(64, 128),
             layer_norm(64, 128),
         ]
@@ -260,6 +215,7 @@ def suite(smoke: bool, matmul_bf16: int | None = None) -> list[Kernel]:
         kernels += [
             elementwise("add", 1 << 25),
             elementwise("copy", 1 << 25),
+            small_ops(64, 10),
             softmax(8192, 1024),
             layer_norm(8192, 1024),
         ]

@@ -129,6 +129,9 @@ def unavailable_reason():
     return _KNOBS.get("reason", "no eligible Metal device: Apple Paravirtual device "
                       "(does not support Metal family Mac2)")
 
+def check(device="mps", **options):
+    raise NotImplementedError("the stand-in only models the MPS API")
+
 def build_info():
     return {{"upstream_version": "2.15.0", "wheel_version": "2.15.0+intelmac",
             "source_sha256": None, "series_fingerprint": "0" * 64, "patches": [],
@@ -136,8 +139,11 @@ def build_info():
 '''
 
 FAKE_MPS_MAIN = '''
-import sys
+import json, sys
 from torch.backends import mps
+if "--check" in sys.argv:
+    print(json.dumps({{"status": "unavailable", "reason": mps.unavailable_reason(), "results": []}}))
+    sys.exit({check_exit})
 for device in mps.devices():
     print(device)
 print(mps.build_info())
@@ -159,12 +165,13 @@ def zeros(*shape, device=None):
 def fake_torch_files(**knobs: Any) -> dict[str, str]:
     """Files of the stand-in package; knobs break one behaviour each."""
     exit_code = knobs.pop("exit_code", 1)
+    check_exit = knobs.pop("check_exit", 2)
     tensor_error = knobs.pop("tensor_error", "MPS is not usable: no eligible Metal device")
     return {
         "torch/__init__.py": FAKE_TORCH.format(tensor_error=tensor_error),
         "torch/backends/__init__.py": "from . import mps\n",
         "torch/backends/mps/__init__.py": FAKE_MPS.format(knobs=json.dumps(knobs)),
-        "torch/backends/mps/__main__.py": FAKE_MPS_MAIN.format(exit_code=exit_code),
+        "torch/backends/mps/__main__.py": FAKE_MPS_MAIN.format(exit_code=exit_code, check_exit=check_exit),
     }
 
 

@@ -66,6 +66,7 @@ def test_api_checks_accept_the_contract(tmp_path: Path) -> None:
     # Names the variable and the value but not the accepted values.
     ({"warning": "{flag}={raw!r} is not a valid value"}, "env-invalid-value-warns-once"),
     ({"exit_code": 0}, "python-m-torch.backends.mps"),
+    ({"check_exit": 1}, "mps-check"),  # --check must exit 2 where MPS is unusable
     ({"reason": "The MPS backend is supported on macOS 14.0+"}, "unavailable-reason"),
     ({"tensor_error": "The MPS backend is supported on macOS 14.0+"}, "mps-tensor-error"),
 ])

@@ -22,7 +22,9 @@ Two checks, in order:
    through ctypes on pretend Macs (UHD 630 only, UHD 630 + Radeon Pro 5500M, Mac Pro, M1).
    The scenarios below exercise the contract of issue 3: the default, the environment
    variables, the opt-in after a failed first scan, the late-change RuntimeError, device
-   picking, ``devices()``, ``build_info()`` and ``python -m torch.backends.mps``.
+   picking, ``devices()``, ``build_info()``, ``python -m torch.backends.mps`` and its
+   ``--check`` (issue 18: exit 2 with the reason, ``--json``, ``check()``, and the smoke
+   checks' worker processes started on the line's own files).
 
 The shim plays the part of MPSDeviceSelection.mm (patch 0002), which only a Mac compiles: like it,
 it holds one ``policy::DeviceState`` of the header (the flag, the current choice, rescans and

@@ -87,7 +87,7 @@ or an unpacked torch wheel (torch/ and torch-*.dist-info/).
    .cpp or CMake files; those are reported as absent, not as failures.
 2. The line's own torch/backends Python files, patched, are imported in a sandbox with
    pretend Macs (UHD 630 alone, UHD 630 + Radeon Pro 5500M, Mac Pro, M1), and the opt-in,
-   the device choice and the report are exercised. This needs a C++ compiler for the
+   the device choice, the report and its --check are exercised. This needs a C++ compiler for the
    device policy: g++, or the one $CXX names.
 
 Nothing in SRC is changed. Exit status 0: every check passed; 1: a check failed.

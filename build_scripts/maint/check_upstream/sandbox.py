@@ -207,6 +207,15 @@ with warnings.catch_warnings(record=True) as caught:
                 record["value"] = mps.build_info()
             elif step == "exports":
                 record["value"] = sorted(mps.__all__)
+            elif step == "check":
+                result = mps.check(timings=False)
+                record["value"] = {
+                    "type": type(result).__name__,
+                    "exit_status": result.exit_status,
+                    "status": result.status,
+                    "reason": result.reason,
+                    "exported": "check" in mps.__all__ and "check" in dir(mps),
+                }
             elif step == "freeze_then_set":
                 torch.backends.disable_global_flags()
                 mps.allow_intel_gpu = True

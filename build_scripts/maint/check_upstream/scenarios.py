@@ -443,6 +443,62 @@ def scenario_main_report(sandbox: Sandbox) -> None:
     )
 
 
+def scenario_check_command(sandbox: Sandbox) -> None:
+    """python -m torch.backends.mps --check and torch.backends.mps.check() on the line's files.
+
+    Unavailable: exit 2 with the device report's reason, the GPU named in --json. Usable:
+    the smoke checks and timings run in child processes on the line's own patched files;
+    the stand-in torch has no tensors, so each check is an error with its message (exit 1),
+    never a crash of the command. The real checks run over a real torch in tests/mps_check.
+    """
+    off = sandbox.run_main("mac-mini-2018", ["--check"])
+    _expect(
+        off.returncode == 2,
+        f"--check must exit 2 when MPS is unavailable, got {off.returncode}:\n{off.stdout}{off.stderr}",
+    )
+    _expect(
+        "unavailable:" in off.stdout and UHD630["name"] in off.stdout and ALLOW_ENV in off.stdout,
+        f"--check must give the device report's reason (the Intel GPU and {ALLOW_ENV}):\n{off.stdout}",
+    )
+    as_json = sandbox.run_main("mac-mini-2018", ["--check", "--json"])
+    data = json.loads(as_json.stdout or "null") or {}
+    gpu = data.get("gpu") or {}
+    _expect(
+        as_json.returncode == 2 and data.get("status") == "unavailable"
+        and gpu.get("name") == UHD630["name"] and gpu.get("family") == "intel-gen9"
+        and gpu.get("low_power") is True and data.get("results") == []
+        and {"macos", "torch", "series_fingerprint"} <= set(data),
+        f"--check --json on an unusable Mac: unexpected {as_json.returncode}, {data}",
+    )  # fmt: skip
+    without = sandbox.run_main("mac-mini-2018", ["--check"], has_mps=False)
+    _expect(
+        without.returncode == 2 and "built without MPS" in without.stdout,
+        f"--check without MPS must exit 2 and say so:\n{without.stdout}{without.stderr}",
+    )
+    on = sandbox.run_main("mac-mini-2018", ["--check", "--json"], {ALLOW_ENV: "1"})
+    data = json.loads(on.stdout or "null") or {}
+    results = data.get("results") or []
+    _expect(
+        on.returncode == 1 and len(results) == 9
+        and all(r["status"] == "error" and r["message"] for r in results)
+        and not any("died" in r["message"] for r in results),
+        f"--check with the opt-in must run every smoke check in a worker and report each "
+        f"(errors under the stand-in torch), exit 1; got {on.returncode}:\n{on.stdout}{on.stderr[-2000:]}",
+    )  # fmt: skip
+    _expect(
+        "allow_intel_gpu is True" in str(data.get("selection"))
+        and [t["verdict"].split(":")[0] for t in data.get("timings", [])][:2] == ["matmul 1024", "matmul 1025"],
+        f"--check must say why the device was chosen and judge each workload: {data}",
+    )  # fmt: skip
+    records = sandbox.probe("mac-mini-2018", ["check"])
+    value = _no_error(_only(records, "check")).value
+    _expect(
+        value["type"] == "CheckResult" and value["exit_status"] == 2 and value["exported"]
+        and UHD630["name"] in (value["reason"] or ""),
+        f"torch.backends.mps.check() must return a CheckResult (exit_status 2 here): {value}",
+    )  # fmt: skip
+
+
 Scenario = Callable[[Sandbox], None]
 
 SCENARIOS: dict[str, Scenario] = {
@@ -464,6 +520,7 @@ SCENARIOS: dict[str, Scenario] = {
         scenario_type_and_frozen_flags,
         scenario_build_info,
         scenario_main_report,
+        scenario_check_command,
     )
 }
 

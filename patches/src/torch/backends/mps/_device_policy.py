@@ -233,8 +233,38 @@ def _torch_distributions() -> "List[importlib.metadata.Distribution]":
     return list(importlib.metadata.distributions(name="torch", path=[site]))
 
 
+def check(
+    device: str = "mps",
+    *,
+    timings: bool = True,
+    budget_s: float = 1.0,
+    workloads: Optional[Sequence[str]] = None,
+    progress: Optional[Callable[[str], None]] = None,
+) -> Any:
+    r"""Check that MPS works on this GPU and time it against the CPU.
+
+    Returns a ``CheckResult`` (``torch.backends.mps._check``): ``exit_status`` 0 when every
+    smoke check passed, 1 when one did not, 2 when MPS is unavailable (``reason`` says
+    why); ``results``, ``timings`` with a verdict each, ``summary``; ``print(result)``
+    shows the report of ``python -m torch.backends.mps --check``, ``result.as_json()`` the
+    data. Everything that touches the GPU runs in child processes. Example::
+
+        >>> result = torch.backends.mps.check()
+        >>> result.ok, [t.verdict for t in result.timings]
+    """
+    # Imported here: `import torch` imports this module, and the check is rarely used.
+    from . import _check
+
+    return _check.check(
+        device, timings=timings, budget_s=budget_s, workloads=workloads, progress=progress
+    )
+
+
 def _install_module_properties(module_name: str) -> None:
     """Make ``allow_intel_gpu`` a settable attribute of ``torch.backends.mps``.
+
+    It also adds ``check`` to the module: the upstream file's one hunk (patch 0003) stays
+    as it is, and the new function lives in our files only.
 
     The same PropModule/ContextProp pattern that ``torch.backends.mkldnn`` uses for
     ``enabled``: the module in sys.modules is replaced by a proxy whose class carries the
@@ -243,6 +273,10 @@ def _install_module_properties(module_name: str) -> None:
     from torch.backends import ContextProp, PropModule
 
     real = sys.modules[module_name]
+    real.check = check  # type: ignore[attr-defined]
+    exported = getattr(real, "__all__", None)
+    if isinstance(exported, list) and "check" not in exported:
+        exported.append("check")
 
     def setter(value: bool) -> None:
         set_allow_intel_gpu(value, backend_module=real)
@@ -251,7 +285,7 @@ def _install_module_properties(module_name: str) -> None:
         allow_intel_gpu = ContextProp(get_allow_intel_gpu, setter)
 
         def __dir__(self) -> List[str]:
-            return sorted(set(dir(self.m)) | {"allow_intel_gpu"})
+            return sorted(set(dir(self.m)) | {"allow_intel_gpu", "check"})
 
     proxy = MPSBackendModule(real, module_name)
     # ModuleType.__init__ gives the proxy its own __spec__ = None (and __loader__,
@@ -372,10 +406,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m torch.backends.mps",
         description="Show the Metal devices, which one the MPS backend uses and why, "
-        "and how this torch was built. Exit status 0: MPS is usable; 1: it is not.",
+        "and how this torch was built. Exit status 0: MPS is usable; 1: it is not. "
+        "With --check: whether MPS works on this GPU and whether it is worth it.",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check that MPS works on this GPU (smoke checks against the CPU) and time it "
+        "against the CPU; exit status 0: every check passed, 1: one did not, 2: MPS is "
+        "unavailable",
+    )
+    from . import _check
+
+    _check.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.check:
+        return _check.run_cli(args)
 
     import torch.backends.mps as mps_backend
 

@@ -1,0 +1,157 @@
+"""The timing rules of ``python -m torch.backends.mps --check`` and of the project's benchmark.
+
+Added by the intelmac patch series (patch 0003). This file is the one copy: the benchmark
+of the intelmac-torch repository (tests/bench) loads it from the series' sources, so the
+self-check in the wheel and the benchmark measure the same way and their figures for the
+same kernel can be compared.
+
+The rules: a few warm-up calls; every repeat is a batch of back-to-back calls between two
+synchronisations of the device, long enough that the synchronisation itself does not count;
+the median of the repeats, with the quartiles as its spread. GPU work is asynchronous, and a
+timer that does not wait for the device measures only how fast work is queued.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any, Callable, Dict, List
+
+import torch
+
+
+__all__ = ["Timing", "measure", "measure_on", "synchronize"]
+
+
+class Timing:
+    """Seconds per call: the median and its spread over ``repeats`` timed batches."""
+
+    __slots__ = ("median_s", "q1_s", "q3_s", "min_s", "max_s", "repeats", "inner")
+
+    def __init__(
+        self,
+        median_s: float,
+        q1_s: float,
+        q3_s: float,
+        min_s: float,
+        max_s: float,
+        repeats: int,
+        inner: int,
+    ) -> None:
+        self.median_s = median_s
+        self.q1_s = q1_s
+        self.q3_s = q3_s
+        self.min_s = min_s
+        self.max_s = max_s
+        self.repeats = repeats
+        # Calls per timed repeat: short kernels are looped so that one repeat lasts target_s.
+        self.inner = inner
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __repr__(self) -> str:
+        return (
+            f"Timing(median_s={self.median_s:.6g}, q1_s={self.q1_s:.6g}, q3_s={self.q3_s:.6g}, "
+            f"repeats={self.repeats}, inner={self.inner})"
+        )
+
+
+def synchronize(device: str) -> None:
+    """Wait for all work queued on ``device`` (``mps``, ``cuda``, ``xpu`` or ``cpu``).
+
+    torch.accelerator.synchronize (2.6 on) is used when it drives the same backend; the
+    backend's own call otherwise, since older lines lack it.
+    """
+    if device == "cpu":
+        return
+    accel = getattr(torch, "accelerator", None)
+    sync = getattr(accel, "synchronize", None)
+    current = getattr(accel, "current_accelerator", None)
+    if callable(sync) and callable(current):
+        try:
+            acc = current()
+        except RuntimeError:
+            acc = None
+        if acc is not None and acc.type == device:
+            try:
+                sync()
+                return
+            except (RuntimeError, NotImplementedError):
+                pass  # a backend without a device-guard synchronize: its own call below
+    if device == "mps":
+        torch.mps.synchronize()
+    elif device == "cuda":
+        torch.cuda.synchronize()
+    elif device == "xpu":
+        torch.xpu.synchronize()
+    else:
+        raise ValueError(f"no synchronisation known for device {device!r}")
+
+
+def _quantile(sorted_values: List[float], q: float) -> float:
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def measure(
+    fn: Callable[[], Any],
+    device: str,
+    *,
+    warmup: int = 2,
+    target_s: float = 0.02,
+    min_repeats: int = 5,
+    max_repeats: int = 30,
+    budget_s: float = 2.0,
+) -> Timing:
+    """Median time of one call of ``fn`` on ``device``.
+
+    Each repeat is ``inner`` back-to-back calls between two synchronisations, timed on the
+    host clock; ``inner`` is chosen so a repeat lasts at least ``target_s``, which makes the
+    cost of the synchronisation itself (tens of microseconds on MPS) negligible. Repeats
+    continue until ``min_repeats`` are done and ``budget_s`` is spent, or ``max_repeats``.
+    """
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    synchronize(device)
+    single = max(time.perf_counter() - t0, 1e-7)
+    inner = max(1, math.ceil(target_s / single))
+    samples: List[float] = []
+    spent = 0.0
+    while len(samples) < max_repeats and (len(samples) < min_repeats or spent < budget_s):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        synchronize(device)
+        elapsed = time.perf_counter() - t0
+        spent += elapsed
+        samples.append(elapsed / inner)
+    samples.sort()
+    return Timing(
+        statistics.median(samples),
+        _quantile(samples, 0.25),
+        _quantile(samples, 0.75),
+        samples[0],
+        samples[-1],
+        len(samples),
+        inner,
+    )
+
+
+def measure_on(fn: Callable[[], Any], device: str, budget_s: float) -> Timing:
+    """``measure`` with the settings per kind of device that the check and the benchmark share.
+
+    The CPU gets one warm-up, three repeats at least and half the budget: a single-threaded
+    CPU step of a training workload can take a second, and its timing varies little.
+    """
+    if device == "cpu":
+        return measure(fn, device, warmup=1, min_repeats=3, budget_s=budget_s / 2, target_s=0.01)
+    return measure(fn, device, warmup=3, min_repeats=5, budget_s=budget_s, target_s=0.02)
