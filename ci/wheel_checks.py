@@ -311,9 +311,9 @@ class Checks:
                     f"--check gives the reason {data.get('reason')!r}, the device report "
                     f"{reason!r}")
             return
-        not_passing = [(r["op"], r["status"], r["message"]) for r in data.get("results", [])
+        not_passing = [(r["op"], r["status"], r["message"]) for r in data.get("ops", [])
                        if r.get("status") != "pass"]
-        require(result.returncode == 0 and data.get("results") and not not_passing,
+        require(result.returncode == 0 and data.get("ops") and not not_passing,
                 f"--check exited {result.returncode}; not passing: {not_passing}")
 
     def build_info(self) -> None:

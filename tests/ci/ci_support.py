@@ -142,7 +142,7 @@ FAKE_MPS_MAIN = '''
 import json, sys
 from torch.backends import mps
 if "--check" in sys.argv:
-    print(json.dumps({{"status": "unavailable", "reason": mps.unavailable_reason(), "results": []}}))
+    print(json.dumps({{"status": "unavailable", "reason": mps.unavailable_reason(), "ops": []}}))
     sys.exit({check_exit})
 for device in mps.devices():
     print(device)

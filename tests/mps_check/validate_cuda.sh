@@ -52,7 +52,7 @@ PYTHONPATH="$PWD/tests/mps_check/plant:$LAYER" INTELMAC_CHECK_FAULT_DEVICE=cuda 
 rc=$?; echo "=== faults exit $rc (expected 1)" | tee -a "$LOG"
 [ "$rc" = 1 ] || status=1
 step faults-named 0 $PY -c 'import json, sys
-r = {x["op"]: (x["status"], x["message"]) for x in json.load(open(sys.argv[1]))["results"]}
+r = {x["op"]: (x["status"], x["message"]) for x in json.load(open(sys.argv[1]))["ops"]}
 for op, v in r.items(): print(f"{op}: {v[0]} {v[1]}")
 want = {"softmax": "fail", "copy_to_device_odd_offset": "fail", "conv2d": "error", "layer_norm": "error"}
 ok = all(r[op][0] == s for op, s in want.items()) and "died during this check" in r["layer_norm"][1]

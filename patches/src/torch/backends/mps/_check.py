@@ -447,6 +447,11 @@ def family_of(name: str, device_type: str) -> str:
     return "unknown"
 
 
+# --json: compat.json's shape (tests/regress/compat.schema.json) where the two overlap.
+FORMAT = "intelmac-torch-check/1"
+MESSAGE_LIMIT = 240  # compat.json's longest message
+
+
 @dataclass
 class SmokeResult:
     op: str
@@ -493,21 +498,34 @@ class CheckResult:
         return self.exit_status == 0
 
     def as_json(self) -> Dict[str, Any]:
-        """The result in the shape of the regression suite's compat.json where they overlap
-        (gpu, macos, torch, series_fingerprint, results), plus the timings and verdicts."""
+        """The result in the shape of the regression suite's compat.json where they overlap:
+        ``gpu``, ``macos``, ``torch`` and ``ops`` (one entry per smoke check, group
+        ``check``) follow its schema; the timings and verdicts come beside them."""
+        wheel_version = _build_info().get("wheel_version")
         return {
+            "format": FORMAT,
             "tool": "python -m torch.backends.mps --check",
             "gpu": self.gpu,
             "macos": self.macos,
-            "torch": self.torch,
-            "series_fingerprint": self.series_fingerprint,
+            "torch": {
+                "version": self.torch,
+                "patched": True,  # this module exists only in the patched Python layer
+                "wheel_version": str(wheel_version) if wheel_version else None,
+                "series_fingerprint": self.series_fingerprint,
+            },
+            "ops": [
+                {"group": "check", "op": r.op, "dtype": r.dtype, "status": r.status, "rows": 1,
+                 "failed_checks": [] if r.status == "pass" else [r.op],
+                 "message": (r.message[:MESSAGE_LIMIT] if r.message else None)}
+                for r in self.results
+            ],
+            "check_seconds": {r.op: r.seconds for r in self.results},
             "device": self.device,
             "device_name": self.device_name,
             "selection": self.selection,
             "status": self.status,
             "exit_status": self.exit_status,
             "reason": self.reason,
-            "results": [asdict(r) for r in self.results],
             "timings": [asdict(t) for t in self.timings],
             "summary": self.summary,
             "elapsed_s": round(self.elapsed_s, 1),
@@ -673,6 +691,8 @@ def _mps_state() -> Tuple[bool, Optional[str], str, Optional[Dict[str, Any]], Op
         gpu = {
             "name": info.name,
             "family": family_of(info.name, "mps"),
+            "device_type": "mps",
+            "name_source": "torch.backends.mps.devices()",
             "low_power": info.low_power,
             "unified_memory": info.unified_memory,
         }
@@ -701,7 +721,8 @@ def _other_state(device: str) -> Tuple[bool, Optional[str], str, Optional[Dict[s
         return (
             True, None,
             "the CPU itself: a test of the check, which compares the CPU with itself",
-            {"name": name, "family": "cpu", "low_power": None, "unified_memory": None}, name, env,
+            {"name": name, "family": "cpu", "device_type": "cpu", "name_source": "platform.processor()",
+             "low_power": None, "unified_memory": None}, name, env,
         )  # fmt: skip
     backend = getattr(torch, device, None)
     is_available = getattr(backend, "is_available", None)
@@ -709,18 +730,22 @@ def _other_state(device: str) -> Tuple[bool, Optional[str], str, Optional[Dict[s
         return False, f"{device.upper()} is not available in this torch or on this host", "none", None, None, env
     index = backend.current_device()
     name = str(backend.get_device_name(index))
-    gpu = {"name": name, "family": family_of(name, device), "low_power": None, "unified_memory": None}
+    gpu = {"name": name, "family": family_of(name, device), "device_type": device,
+           "name_source": f"torch.{device}.get_device_name()", "low_power": None, "unified_memory": None}
     return True, None, f"{device}:{index} {name}: the current {device.upper()} device (not MPS)", gpu, name, env
 
 
-def _series_fingerprint() -> Optional[str]:
+def _build_info() -> Dict[str, Any]:
     try:
         from . import _device_policy as policy
 
-        info = policy.build_info()
-    except Exception:  # noqa: BLE001  # a report without the fingerprint is still a report
-        return None
-    value = (info or {}).get("series_fingerprint")
+        return dict(policy.build_info() or {})
+    except Exception:  # noqa: BLE001  # a report without build information is still a report
+        return {}
+
+
+def _series_fingerprint() -> Optional[str]:
+    value = _build_info().get("series_fingerprint")
     return str(value) if value else None
 
 
