@@ -10,25 +10,11 @@
 # --preflight stops after that. Writes at most 8 files, flat, into $OUT; exit 0 only when
 # every step met its target.
 set -u
+. "$(dirname "$0")/validate_lib.sh"
 OUT=${OUT:-reports/validation}
 PY=${PY:-python3}
 WHEELS=${WHEELS:-.whl}
 
-preflight() {
-  $PY -c 'import expecttest' 2>/dev/null && return 0
-  local site
-  site=$(mktemp -d)
-  if [ -d "$WHEELS" ]; then
-    $PY -m pip install -q --no-index --no-deps --find-links "$WHEELS" --target "$site" expecttest
-  else
-    $PY -m pip install -q --target "$site" expecttest
-  fi
-  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-  $PY -c 'import expecttest' 2>/dev/null && return 0
-  echo "validate_cuda.sh: expecttest (OpInfo imports it) is missing and could not be installed;" \
-    "put its wheel in WHEELS=$WHEELS or install it into $PY's environment" >&2
-  return 1
-}
 preflight || exit 3
 if [ "${1:-}" = "--preflight" ]; then
   echo "validate_cuda.sh: preflight ok (expecttest importable)"
@@ -40,14 +26,6 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 LOG="$OUT/validation-log.txt"
 status=0
-step() {  # step NAME EXPECTED_EXIT COMMAND...   (EXPECTED_EXIT "any": only recorded)
-  local name=$1 expected=$2; shift 2
-  echo "=== $name: $* ($(date -u +%FT%TZ))" | tee -a "$LOG"
-  "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  echo "=== $name exit $rc (expected $expected)" | tee -a "$LOG"
-  [ "$expected" = any ] || [ "$rc" = "$expected" ] || status=1
-}
 caught() {  # caught NAME REPORT: the report's planted faults were all caught
   step "$1 caught" 0 $PY -c 'import json, sys
 st = json.load(open(sys.argv[1]))["self_test"]

@@ -9,25 +9,11 @@
 # Preflight as in validate_cuda.sh (expecttest from $WHEELS). Writes at most 8 files, flat,
 # into $OUT; exit 0 only when every step met its target.
 set -u
+. "$(dirname "$0")/validate_lib.sh"
 OUT=${OUT:-reports/validation-shapes}
 PY=${PY:-python3}
 WHEELS=${WHEELS:-.whl}
 
-preflight() {
-  $PY -c 'import expecttest' 2>/dev/null && return 0
-  local site
-  site=$(mktemp -d)
-  if [ -d "$WHEELS" ]; then
-    $PY -m pip install -q --no-index --no-deps --find-links "$WHEELS" --target "$site" expecttest
-  else
-    $PY -m pip install -q --target "$site" expecttest
-  fi
-  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-  $PY -c 'import expecttest' 2>/dev/null && return 0
-  echo "validate_cuda_shapes.sh: expecttest (OpInfo imports it) is missing and could not be installed;" \
-    "put its wheel in WHEELS=$WHEELS or install it into $PY's environment" >&2
-  return 1
-}
 preflight || exit 3
 
 WORK=$(mktemp -d)
@@ -35,14 +21,6 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 LOG="$OUT/validation-log.txt"
 status=0
-step() {  # step NAME EXPECTED_EXIT COMMAND...
-  local name=$1 expected=$2; shift 2
-  echo "=== $name: $* ($(date -u +%FT%TZ))" | tee -a "$LOG"
-  "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  echo "=== $name exit $rc (expected $expected)" | tee -a "$LOG"
-  [ "$rc" = "$expected" ] || status=1
-}
 claim() {  # claim NAME REPORT PYTHON: PYTHON sees the report as `r`; an AssertionError fails it
   step "$1" 0 $PY -c "import json, sys
 r = json.load(open(sys.argv[1]))

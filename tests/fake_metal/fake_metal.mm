@@ -183,6 +183,7 @@ bool& configured() {
   MTLHeapType _type;
   MTLPurgeableState _purgeable;
 }
+- (BOOL)fakeMatches:(MTLResourceOptions)options in:(const char*)call;
 @end
 
 @interface FakeMTLBuffer : NSObject <MTLBuffer> {
@@ -446,6 +447,19 @@ FakeMTLBuffer* as_buffer(id object) {
 @end
 
 @implementation FakeMTLHeap
+// Apple (MTLHeap newBufferWithLength:options:[offset:]): the options' storage mode and CPU
+// cache mode must match the heap's. Metal's validation stops the program; the stand-in
+// returns nil and records it. Called with the lock held.
+- (BOOL)fakeMatches:(MTLResourceOptions)options in:(const char*)call {
+  if (storage_of(options) == _storage && cache_of(options) == _cache) {
+    return YES;
+  }
+  record("heap_buffer_storage_mismatch", _device,
+         std::string("heap ") + call + " asked for " + mode_name(storage_of(options)) + " storage from a " +
+             mode_name(_storage) + " heap (or another CPU cache mode)",
+         @{@"heap_storage_mode" : ns(mode_name(_storage)), @"storage_mode" : ns(mode_name(storage_of(options)))});
+  return NO;
+}
 - (void)dealloc {
   {
     Guard g(lock());
@@ -495,14 +509,7 @@ FakeMTLBuffer* as_buffer(id object) {
 }
 - (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options {
   Guard g(lock());
-  // Apple (MTLHeap newBufferWithLength:options:): the options' storage mode and CPU cache
-  // mode must match the heap's. Metal's validation stops the program; the stand-in
-  // returns nil and records it.
-  if (storage_of(options) != _storage || cache_of(options) != _cache) {
-    record("heap_buffer_storage_mismatch", _device,
-           std::string("heap newBufferWithLength: asked for ") + mode_name(storage_of(options)) +
-               " storage from a " + mode_name(_storage) + " heap (or another CPU cache mode)",
-           @{@"heap_storage_mode" : ns(mode_name(_storage)), @"storage_mode" : ns(mode_name(storage_of(options)))});
+  if (![self fakeMatches:options in:"newBufferWithLength:"]) {
     return nil;
   }
   const NSUInteger need = round_up(std::max<NSUInteger>(length, 1), kGranule);
@@ -528,11 +535,7 @@ FakeMTLBuffer* as_buffer(id object) {
            "newBufferWithLength:options:offset: on a heap that is not a placement heap");
     return nil;
   }
-  if (storage_of(options) != _storage || cache_of(options) != _cache) {
-    record("heap_buffer_storage_mismatch", _device,
-           std::string("heap newBufferWithLength:options:offset: asked for ") + mode_name(storage_of(options)) +
-               " storage from a " + mode_name(_storage) + " heap (or another CPU cache mode)",
-           @{@"heap_storage_mode" : ns(mode_name(_storage)), @"storage_mode" : ns(mode_name(storage_of(options)))});
+  if (![self fakeMatches:options in:"newBufferWithLength:options:offset:"]) {
     return nil;
   }
   if (offset > _size || std::max<NSUInteger>(length, 1) > _size - offset) {

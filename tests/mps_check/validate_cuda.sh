@@ -9,6 +9,7 @@
 # Usage (repository root): OUT=some/dir [PY=python3] tests/mps_check/validate_cuda.sh
 # Writes at most 8 files, flat, into $OUT; exit 0 only when every step met its target.
 set -u
+. "$(dirname "$0")/../bench/validate_lib.sh"
 OUT=${OUT:-reports/mps-check}
 PY=${PY:-python3}
 WORK=$(mktemp -d)
@@ -19,14 +20,6 @@ LAYER=$($PY -m tests.mps_check.overlay "$WORK/layer") || exit 3
 PKG=intelmac_mps_under_test
 KERNELS="matmul_NN_1024 matmul_NN_1025 conv2d_3x3_64ch_56px small_ops_chain_64x64 train_step_small_cnn_b32"
 status=0
-step() {  # step NAME EXPECTED_EXIT COMMAND...
-  local name=$1 expected=$2; shift 2
-  echo "=== $name: $* ($(date -u +%FT%TZ))" | tee -a "$LOG"
-  "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  echo "=== $name exit $rc (expected $expected)" | tee -a "$LOG"
-  [ "$rc" = "$expected" ] || status=1
-}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   $PY -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0], "threads", torch.get_num_threads())'
 } 2>&1 | tee -a "$LOG"

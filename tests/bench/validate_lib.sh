@@ -1,0 +1,32 @@
+# Shared by the NVIDIA validation scripts (tests/bench/validate_cuda.sh,
+# tests/bench/validate_cuda_shapes.sh, tests/mps_check/validate_cuda.sh); sourced, not run.
+# The caller sets PY, LOG and status=0 (and WHEELS for preflight) before using these.
+
+# preflight: OpInfo imports expecttest, which GPU images often lack: install it from the
+# wheels in $WHEELS (offline) or else from the package index; return 1 if that fails.
+preflight() {
+  $PY -c 'import expecttest' 2>/dev/null && return 0
+  local site
+  site=$(mktemp -d)
+  if [ -d "$WHEELS" ]; then
+    $PY -m pip install -q --no-index --no-deps --find-links "$WHEELS" --target "$site" expecttest
+  else
+    $PY -m pip install -q --target "$site" expecttest
+  fi
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  $PY -c 'import expecttest' 2>/dev/null && return 0
+  echo "$(basename "$0"): expecttest (OpInfo imports it) is missing and could not be installed;" \
+    "put its wheel in WHEELS=$WHEELS or install it into $PY's environment" >&2
+  return 1
+}
+
+# step NAME EXPECTED_EXIT COMMAND...: run, log, and clear status when the exit is not the
+# expected one (EXPECTED_EXIT "any": only recorded).
+step() {
+  local name=$1 expected=$2; shift 2
+  echo "=== $name: $* ($(date -u +%FT%TZ))" | tee -a "$LOG"
+  "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "=== $name exit $rc (expected $expected)" | tee -a "$LOG"
+  [ "$expected" = any ] || [ "$rc" = "$expected" ] || status=1
+}
