@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from ..bench import _shared
+
 DEVICE_TYPES = ("mps", "cuda", "xpu", "cpu")
 
 
@@ -90,37 +92,11 @@ def unavailable_reason(device: str) -> str | None:
     return f"unknown device type {device!r}; choose one of {', '.join(DEVICE_TYPES)}"
 
 
-def synchronize(device: str) -> None:
-    """Wait for all queued work on `device`.
-
-    torch.accelerator.synchronize exists from 2.6 on; it is used when it drives the same
-    backend, and the per-backend call otherwise. MPS work is asynchronous and old releases'
-    timers never waited for it, so every timing in this project goes through here.
-    """
-    if device == "cpu":
-        return
-    accel = getattr(torch, "accelerator", None)
-    sync = getattr(accel, "synchronize", None)
-    current = getattr(accel, "current_accelerator", None)
-    if callable(sync) and callable(current):
-        try:
-            acc = current()
-        except RuntimeError:
-            acc = None
-        if acc is not None and acc.type == device:
-            try:
-                sync()
-                return
-            except (RuntimeError, NotImplementedError):
-                pass  # a backend without a device-guard synchronize: use its own call below
-    if device == "mps":
-        torch.mps.synchronize()
-    elif device == "cuda":
-        torch.cuda.synchronize()
-    elif device == "xpu":
-        torch.xpu.synchronize()
-    else:
-        raise ValueError(f"no synchronisation known for device {device!r}")
+# Wait for all queued work on a device: the wheel's own rule (torch/backends/mps/_timing.py
+# of the series, which `python -m torch.backends.mps --check` ships), one copy for the
+# suite, the benchmark and the check. MPS work is asynchronous and old releases' timers
+# never waited for it, so every timing in this project goes through it.
+synchronize = _shared.load("_timing").synchronize
 
 
 def manual_seed(device: str, seed: int) -> None:
