@@ -14,6 +14,15 @@ CACHE_PATHS = {"SOURCE_2_6", "UPSTREAM_CACHE", "root", "binary", "cache", "sourc
 MATERIAL = ("wheel", "source tree", "archive", "cached")
 
 
+def _assigned(tree: ast.AST, name: str) -> list[ast.expr]:
+    """The values assigned to `name` anywhere in the module (a skip reason built first)."""
+    return [
+        node.value for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+        and isinstance(node.value, (ast.Constant, ast.JoinedStr))
+    ]  # fmt: skip
+
+
 def _reasons() -> list[tuple[str, int, str, set[str]]]:
     """(file, line, the reason's text, the names it formats in) of every skip in tests/."""
     found = []
@@ -24,6 +33,9 @@ def _reasons() -> list[tuple[str, int, str, set[str]]]:
                 continue
             if node.func.attr == "skip":
                 texts = node.args[:1]
+                if texts and isinstance(texts[0], ast.Name):
+                    # pytest.skip(why): the texts assigned to that name in the same file
+                    texts = _assigned(tree, texts[0].id)
             elif node.func.attr == "skipif":
                 texts = [k.value for k in node.keywords if k.arg == "reason"]
             else:

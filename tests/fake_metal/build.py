@@ -1,6 +1,6 @@
 """Compiling Objective-C++ on Linux against the stand-in Metal, and what goes into each line's build.
 
-Toolchain (/work/shared/OBJC-ON-LINUX.md has the background):
+Toolchain (the project's shared notes, OBJC-ON-LINUX.md, have the background):
 
 - clang++ with GCC's Objective-C runtime (``-fobjc-runtime=gcc``) and GNUstep base as
   Foundation; blocks (``addCompletedHandler:^...``) from LLVM's libBlocksRuntime.

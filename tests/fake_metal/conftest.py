@@ -99,7 +99,7 @@ def line_build(line: str, fake_lib: Path, factory: pytest.TempPathFactory,
         return _BUILDS[key]
     require_toolchain()
     if not objc_lines.has_wheel(line):
-        why = f"no cached {line} wheel ({objc_lines.wheel_root(line)}; ../shared/tools/upstream-wheel {line})"
+        why = f"no unpacked upstream {line} wheel: make upstream-material fetches it"
         if os.environ.get(objc_lines.REQUIRE_ENV) == "1":
             pytest.fail(why)
         OUTCOMES.setdefault(line, "skipped: " + why)
@@ -130,17 +130,10 @@ def line_build(line: str, fake_lib: Path, factory: pytest.TempPathFactory,
 
 
 def exact_260_file(path: str) -> str:
-    """A file of 2.6.0's real source tree (../shared/tools/upstream-src 2.6.0)."""
-    tool = REPO.parent / "shared" / "tools" / "upstream-src"
-    if not tool.exists():
-        tool = Path("/work/shared/tools/upstream-src")
-    cached = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytorch-upstream" / "pytorch-v2.6.0"
-    source = cached / path
-    if not source.is_file() and tool.exists():
-        root = subprocess.run([str(tool), "2.6.0"], capture_output=True, text=True, check=True).stdout.strip()
-        source = Path(root) / path
+    """A file of 2.6.0's real source tree, from the upstream cache the other tests read."""
+    source = objc_lines.UPSTREAM_CACHE / "pytorch-v2.6.0" / path
     if not source.is_file():
-        why = "no 2.6.0 source tree (../shared/tools/upstream-src 2.6.0 provides it)"
+        why = "no upstream 2.6.0 source tree: make upstream-material fetches it"
         if os.environ.get(objc_lines.REQUIRE_ENV) == "1":
             pytest.fail(why)
         pytest.skip(why)

@@ -117,7 +117,7 @@ def allocator(line: str, fake_lib: Path, factory: pytest.TempPathFactory) -> cty
         return _LIBRARIES[line]
     conftest.require_toolchain()
     if not objc_lines.has_wheel(line):
-        why = f"no cached {line} wheel ({objc_lines.wheel_root(line)}; ../shared/tools/upstream-wheel {line})"
+        why = f"no unpacked upstream {line} wheel: make upstream-material fetches it"
         if os.environ.get(objc_lines.REQUIRE_ENV) == "1" or os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
