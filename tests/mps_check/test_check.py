@@ -224,11 +224,14 @@ def test_geometric_mean_and_worst_case(check_module: ModuleType) -> None:
 
 
 def test_gpu_families_match_the_regression_suite(check_module: ModuleType) -> None:
-    """compat.json's family comes from tests/regress/_device.py there and from the wheel's
-    copy here: the same name must give the same family."""
+    """compat.json's family and --check's come from one table, the wheel's _families.py:
+    the regression suite loads that file, and both name every GPU the same way."""
     from intelmac_torch_builder.maint.check_upstream import FAKE_MACS
     from tests.bench import _peaks
     from tests.regress._device import family_of
+
+    assert Path(family_of.__code__.co_filename).name == "_families.py", "the suite keeps a second table"
+    assert Path(check_module.family_of.__code__.co_filename).name == "_families.py", "--check keeps a second table"
 
     names = {d["name"] for mac in FAKE_MACS.values() for d in mac}
     names |= {p.name for p in _peaks.PEAKS}

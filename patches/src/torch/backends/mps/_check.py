@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _timing, _workloads
+from ._families import family_of
 
 
 __all__ = ["CheckResult", "SmokeResult", "WorkloadTiming", "check", "main"]
@@ -415,36 +416,6 @@ def _run_workers(
 # The parent: which device, the result, the verdicts
 # ---------------------------------------------------------------------------------------
 
-# GPU families, as the intelmac regression suite names them in compat.json and in
-# known_failures.yaml (its copy is tests/regress/_device.py; a test keeps the two equal).
-_FAMILY_PATTERNS: Tuple[Tuple[str, str], ...] = (
-    ("apple-virtual", r"paravirtual"),
-    ("apple", r"^apple\b|\bapple m\d"),
-    ("nvidia", r"nvidia|geforce|quadro|tesla|\bh100\b|\bh200\b"),
-    ("intel-gen11", r"iris\s*(\(tm\))?\s*plus graphics\s*(g[47])?\s*$|ice\s*lake"),
-    (
-        "intel-gen9",
-        r"uhd graphics 6[0-9]{2}\b|hd graphics [56][0-9]{2}\b|iris\s*(\(tm\))?\s*(plus\s*)?graphics [56][0-9]{2}\b",
-    ),
-    ("intel-other", r"intel"),
-    ("amd-rdna2", r"\b(rx|w)\s*6[0-9]{3}|radeon pro w6[0-9]{3}"),
-    ("amd-rdna1", r"\b5[3-7]00\s*m\b|radeon pro 5[3-7]00\b|5700\s*xt|\b(rx|w)\s*5[0-9]{3}"),
-    (
-        "amd-gcn",
-        r"vega|firepro|\brx\s*(4[6-9]0|5[5-9]0)\b|radeon pro [45][0-9]{2}x?\b|r9 m[0-9]{3}",
-    ),
-    ("amd-other", r"\bamd\b|radeon"),
-)
-
-
-def family_of(name: str, device_type: str) -> str:
-    if device_type == "cpu":
-        return "cpu"
-    low = name.strip().lower()
-    for family, pattern in _FAMILY_PATTERNS:
-        if re.search(pattern, low):
-            return family
-    return "unknown"
 
 
 # --json: compat.json's shape (tests/regress/compat.schema.json) where the two overlap.
