@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import platform
-import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
