@@ -1285,6 +1285,10 @@ const char* fake_metal_last_error(void) {
   return last_error().c_str();
 }
 
+const char* fake_metal_storage_name(unsigned storage_mode) {
+  return mode_name(static_cast<MTLStorageMode>(storage_mode));
+}
+
 const char* fake_metal_records_json(void) {
   static std::string out;
   Guard g(lock());

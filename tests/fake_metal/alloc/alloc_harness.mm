@@ -62,16 +62,7 @@ std::string flag(bool value) {
 }
 
 const char* storage_name(MTLStorageMode mode) {
-  switch (mode) {
-    case MTLStorageModeShared:
-      return "shared";
-    case MTLStorageModeManaged:
-      return "managed";
-    case MTLStorageModePrivate:
-      return "private";
-    default:
-      return "memoryless";
-  }
+  return fake_metal_storage_name(static_cast<unsigned>(mode)); // the stand-in's own names
 }
 
 id<MTLDevice> find_device(uint64_t registry_id) {

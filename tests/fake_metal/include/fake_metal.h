@@ -36,6 +36,8 @@ extern "C" {
 // working; MTLCopyAllDevices() returns the new devices.
 int fake_metal_configure(const char* json);
 const char* fake_metal_last_error(void);
+// The name the records use for an MTLStorageMode value ("shared", "managed", "private" ...).
+const char* fake_metal_storage_name(unsigned storage_mode);
 
 // --- what happened -------------------------------------------------------------------------
 
