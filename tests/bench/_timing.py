@@ -12,7 +12,9 @@ _impl = load("_timing")
 
 Timing = _impl.Timing
 measure = _impl.measure
+measure_interleaved = _impl.measure_interleaved
 measure_on = _impl.measure_on
+rules_on = _impl.rules_on
 synchronize = _impl.synchronize
 
-__all__ = ["Timing", "measure", "measure_on", "synchronize"]
+__all__ = ["Timing", "measure", "measure_interleaved", "measure_on", "rules_on", "synchronize"]

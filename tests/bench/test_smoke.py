@@ -110,6 +110,38 @@ def test_timing_measures_what_it_times() -> None:
     assert t.min_s <= t.q1_s <= t.median_s <= t.q3_s <= t.max_s
 
 
+
+def test_interleaved_repeats_take_turns_and_keep_each_functions_figures() -> None:
+    """measure_interleaved: one repeat of each function per round, in the order given, every
+    function warmed up and sized on its own; each gets its own median. A function doing
+    twice the work is measured as such, and measure is the same rules for one function."""
+    calls: list[str] = []
+
+    def sleeper(name: str, seconds: float):
+        def fn() -> None:
+            calls.append(name)
+            time.sleep(seconds)
+
+        return fn
+
+    fast, slow = _timing.measure_interleaved(
+        [sleeper("a", 0.001), sleeper("b", 0.002)], "cpu",
+        warmup=1, min_repeats=4, max_repeats=4, budget_s=10.0, target_s=0.0,
+    )  # fmt: skip
+    # warm-up and the sizing call of a, then of b; then four rounds of one call each
+    assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 4
+    assert fast.repeats == slow.repeats == 4 and fast.inner == slow.inner == 1
+    assert 1.5 < slow.median_s / fast.median_s < 3.0
+    # Rounds go on until every function has spent its budget (capped by max_repeats): the
+    # 1 ms function needs about 20 rounds for 20 ms, the 4 ms one would stop after 5.
+    a, b = _timing.measure_interleaved(
+        [sleeper("a", 0.001), sleeper("b", 0.004)], "cpu",
+        warmup=0, min_repeats=1, max_repeats=50, budget_s=0.02, target_s=0.0,
+    )  # fmt: skip
+    assert a.repeats == b.repeats and 10 <= a.repeats <= 21
+    single = _timing.measure(sleeper("c", 0.001), "cpu", **_timing.rules_on("cpu", 0.05))
+    assert single.repeats >= _timing.rules_on("cpu", 0.05)["min_repeats"]
+
 def test_speedup_summary() -> None:
     rows = [
         {

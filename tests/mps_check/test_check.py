@@ -252,8 +252,8 @@ def test_timing_rules_are_the_wheels_copy() -> None:
     from tests.bench import _kernels, _timing
 
     wheel_timing = overlay.SOURCES / "_timing.py"
-    assert Path(inspect.getsourcefile(_timing.measure) or "") == wheel_timing
-    assert Path(inspect.getsourcefile(_timing.measure_on) or "") == wheel_timing
+    for rule in (_timing.measure, _timing.measure_interleaved, _timing.measure_on, _timing.rules_on):
+        assert Path(inspect.getsourcefile(rule) or "") == wheel_timing, rule.__name__
     assert Path(inspect.getsourcefile(_kernels._workloads.matmul_setup) or "") == (
         overlay.SOURCES / "_workloads.py"
     )

@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Sequence
 
 import torch
 
 
-__all__ = ["Timing", "measure", "measure_on", "synchronize"]
+__all__ = ["Timing", "measure", "measure_interleaved", "measure_on", "rules_on", "synchronize"]
 
 
 class Timing:
@@ -98,43 +98,8 @@ def _quantile(sorted_values: List[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def measure(
-    fn: Callable[[], Any],
-    device: str,
-    *,
-    warmup: int = 2,
-    target_s: float = 0.02,
-    min_repeats: int = 5,
-    max_repeats: int = 30,
-    budget_s: float = 2.0,
-) -> Timing:
-    """Median time of one call of ``fn`` on ``device``.
-
-    Each repeat is ``inner`` back-to-back calls between two synchronisations, timed on the
-    host clock; ``inner`` is chosen so a repeat lasts at least ``target_s``, which makes the
-    cost of the synchronisation itself (tens of microseconds on MPS) negligible. Repeats
-    continue until ``min_repeats`` are done and ``budget_s`` is spent, or ``max_repeats``.
-    """
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    t0 = time.perf_counter()
-    fn()
-    synchronize(device)
-    single = max(time.perf_counter() - t0, 1e-7)
-    inner = max(1, math.ceil(target_s / single))
-    samples: List[float] = []
-    spent = 0.0
-    while len(samples) < max_repeats and (len(samples) < min_repeats or spent < budget_s):
-        synchronize(device)
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        synchronize(device)
-        elapsed = time.perf_counter() - t0
-        spent += elapsed
-        samples.append(elapsed / inner)
-    samples.sort()
+def _summary(samples: List[float], inner: int) -> Timing:
+    samples = sorted(samples)
     return Timing(
         statistics.median(samples),
         _quantile(samples, 0.25),
@@ -146,12 +111,77 @@ def measure(
     )
 
 
-def measure_on(fn: Callable[[], Any], device: str, budget_s: float) -> Timing:
-    """``measure`` with the settings per kind of device that the check and the benchmark share.
+def measure_interleaved(
+    fns: Sequence[Callable[[], Any]],
+    device: str,
+    *,
+    warmup: int = 2,
+    target_s: float = 0.02,
+    min_repeats: int = 5,
+    max_repeats: int = 30,
+    budget_s: float = 2.0,
+) -> List[Timing]:
+    """Median time of one call of each of ``fns`` on ``device``, their repeats taken in turn.
+
+    Each repeat is ``inner`` back-to-back calls between two synchronisations, timed on the
+    host clock; ``inner`` is chosen per function so a repeat lasts at least ``target_s``,
+    which makes the cost of the synchronisation itself (tens of microseconds on MPS)
+    negligible. A round times one repeat of every function; rounds continue until
+    ``min_repeats`` are done and every function has spent ``budget_s``, or ``max_repeats``.
+
+    Taking the repeats in turn is what makes two functions comparable on a machine whose
+    speed wanders: a laptop that throttles, a shared host. Both see the same moments, so a
+    workload bound by the host's speed (many small kernels, each launched from Python) gets
+    the same median in each when they are the same work, where two runs one after the other
+    can differ by a tenth or more.
+    """
+    inners: List[int] = []
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        single = max(time.perf_counter() - t0, 1e-7)
+        inners.append(max(1, math.ceil(target_s / single)))
+    samples: List[List[float]] = [[] for _ in fns]
+    spent = [0.0 for _ in fns]
+    rounds = 0
+    while rounds < max_repeats and (rounds < min_repeats or min(spent) < budget_s):
+        for i, fn in enumerate(fns):
+            synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(inners[i]):
+                fn()
+            synchronize(device)
+            elapsed = time.perf_counter() - t0
+            spent[i] += elapsed
+            samples[i].append(elapsed / inners[i])
+        rounds += 1
+    return [_summary(s, inner) for s, inner in zip(samples, inners)]
+
+
+def measure(fn: Callable[[], Any], device: str, **rules: Any) -> Timing:
+    """Median time of one call of ``fn`` on ``device``: ``measure_interleaved`` of one function.
+
+    ``rules`` are ``measure_interleaved``'s keywords (``warmup``, ``target_s``,
+    ``min_repeats``, ``max_repeats``, ``budget_s``).
+    """
+    return measure_interleaved([fn], device, **rules)[0]
+
+
+def rules_on(device: str, budget_s: float) -> Dict[str, Any]:
+    """The settings per kind of device that the check and the benchmark share.
 
     The CPU gets one warm-up, three repeats at least and half the budget: a single-threaded
     CPU step of a training workload can take a second, and its timing varies little.
     """
     if device == "cpu":
-        return measure(fn, device, warmup=1, min_repeats=3, budget_s=budget_s / 2, target_s=0.01)
-    return measure(fn, device, warmup=3, min_repeats=5, budget_s=budget_s, target_s=0.02)
+        return {"warmup": 1, "min_repeats": 3, "budget_s": budget_s / 2, "target_s": 0.01}
+    return {"warmup": 3, "min_repeats": 5, "budget_s": budget_s, "target_s": 0.02}
+
+
+def measure_on(fn: Callable[[], Any], device: str, budget_s: float) -> Timing:
+    """``measure`` with the shared settings for ``device`` (``rules_on``)."""
+    return measure(fn, device, **rules_on(device, budget_s))
