@@ -172,32 +172,45 @@ bool& configured() {
 }
 @end
 
-@interface FakeMTLHeap : NSObject <MTLHeap> {
+// What a heap and a buffer share: Apple's MTLResource properties (a heap has them too), and
+// the device that made them, retained.
+@interface FakeMTLResource : NSObject {
  @public
   FakeMTLDevice* _device;
   NSString* _label;
-  NSUInteger _size, _used;
   MTLStorageMode _storage;
   MTLCPUCacheMode _cache;
   MTLHazardTrackingMode _hazard;
-  MTLHeapType _type;
   MTLPurgeableState _purgeable;
+}
+- (void)fakeOn:(FakeMTLDevice*)device
+       storage:(MTLStorageMode)storage
+         cache:(MTLCPUCacheMode)cache
+        hazard:(MTLHazardTrackingMode)hazard;
+// Declared here, so that the subclasses' protocols (MTLHeap, MTLBuffer) find them.
+@property (copy) NSString* label;
+@property (readonly) id<MTLDevice> device;
+@property (readonly) MTLStorageMode storageMode;
+@property (readonly) MTLCPUCacheMode cpuCacheMode;
+@property (readonly) MTLHazardTrackingMode hazardTrackingMode;
+@property (readonly) MTLResourceOptions resourceOptions;
+- (MTLPurgeableState)setPurgeableState:(MTLPurgeableState)state;
+@end
+
+@interface FakeMTLHeap : FakeMTLResource <MTLHeap> {
+ @public
+  NSUInteger _size, _used;
+  MTLHeapType _type;
 }
 - (BOOL)fakeMatches:(MTLResourceOptions)options in:(const char*)call;
 @end
 
-@interface FakeMTLBuffer : NSObject <MTLBuffer> {
+@interface FakeMTLBuffer : FakeMTLResource <MTLBuffer> {
  @public
-  FakeMTLDevice* _device;
   FakeMTLHeap* _heap;  // retained: a heap lives while its resources do
-  NSString* _label;
   NSUInteger _length, _allocated;
-  MTLStorageMode _storage;
-  MTLCPUCacheMode _cache;
-  MTLHazardTrackingMode _hazard;
   unsigned char* _gpu;  // what the GPU reads and writes (blits)
   unsigned char* _cpu;  // what contents returns: _gpu when shared, a copy when managed, NULL when private
-  MTLPurgeableState _purgeable;
   std::vector<FakeMTLCommandBuffer*>* _usedBy;  // uncompleted command buffers that use it, not retained
 }
 @end
@@ -306,14 +319,10 @@ FakeMTLBuffer* as_buffer(id object) {
                                 hazard:(MTLHazardTrackingMode)hazard
                                   heap:(FakeMTLHeap*)heap {
   FakeMTLBuffer* buffer = [[FakeMTLBuffer alloc] init];
-  buffer->_device = [self retain];
+  [buffer fakeOn:self storage:storage cache:cache hazard:hazard];
   buffer->_heap = [heap retain];
   buffer->_length = length;
   buffer->_allocated = heap != nil ? round_up(std::max<NSUInteger>(length, 1), kGranule) : length;
-  buffer->_storage = storage;
-  buffer->_cache = cache;
-  buffer->_hazard = hazard;
-  buffer->_purgeable = MTLPurgeableStateNonVolatile;
   buffer->_gpu = static_cast<unsigned char*>(std::calloc(std::max<NSUInteger>(length, 1), 1));
   if (storage == MTLStorageModeShared) {
     buffer->_cpu = buffer->_gpu;
@@ -378,14 +387,13 @@ FakeMTLBuffer* as_buffer(id object) {
     return nil;
   }
   FakeMTLHeap* heap = [[FakeMTLHeap alloc] init];
-  heap->_device = [self retain];
+  [heap fakeOn:self
+       storage:storage
+         cache:[descriptor cpuCacheMode]
+        hazard:[descriptor hazardTrackingMode] == MTLHazardTrackingModeDefault ? MTLHazardTrackingModeTracked
+                                                                                : [descriptor hazardTrackingMode]];
   heap->_size = round_up([descriptor size], kGranule);
-  heap->_storage = storage;
-  heap->_cache = [descriptor cpuCacheMode];
-  heap->_hazard = [descriptor hazardTrackingMode] == MTLHazardTrackingModeDefault ? MTLHazardTrackingModeTracked
-                                                                                   : [descriptor hazardTrackingMode];
   heap->_type = [descriptor type];
-  heap->_purgeable = MTLPurgeableStateNonVolatile;
   _allocated += heap->_size;
   return heap;
 }
@@ -446,25 +454,18 @@ FakeMTLBuffer* as_buffer(id object) {
 }
 @end
 
-@implementation FakeMTLHeap
-// Apple (MTLHeap newBufferWithLength:options:[offset:]): the options' storage mode and CPU
-// cache mode must match the heap's. Metal's validation stops the program; the stand-in
-// returns nil and records it. Called with the lock held.
-- (BOOL)fakeMatches:(MTLResourceOptions)options in:(const char*)call {
-  if (storage_of(options) == _storage && cache_of(options) == _cache) {
-    return YES;
-  }
-  record("heap_buffer_storage_mismatch", _device,
-         std::string("heap ") + call + " asked for " + mode_name(storage_of(options)) + " storage from a " +
-             mode_name(_storage) + " heap (or another CPU cache mode)",
-         @{@"heap_storage_mode" : ns(mode_name(_storage)), @"storage_mode" : ns(mode_name(storage_of(options)))});
-  return NO;
+@implementation FakeMTLResource
+- (void)fakeOn:(FakeMTLDevice*)device
+       storage:(MTLStorageMode)storage
+         cache:(MTLCPUCacheMode)cache
+        hazard:(MTLHazardTrackingMode)hazard {
+  _device = [device retain];
+  _storage = storage;
+  _cache = cache;
+  _hazard = hazard;
+  _purgeable = MTLPurgeableStateNonVolatile;
 }
 - (void)dealloc {
-  {
-    Guard g(lock());
-    _device->_allocated -= _size;
-  }
   [_device release];
   [_label release];
   [super dealloc];
@@ -490,6 +491,36 @@ FakeMTLBuffer* as_buffer(id object) {
 }
 - (MTLResourceOptions)resourceOptions {
   return pack(_storage, _cache, _hazard);
+}
+- (MTLPurgeableState)setPurgeableState:(MTLPurgeableState)state {
+  const MTLPurgeableState previous = _purgeable;
+  if (state != MTLPurgeableStateKeepCurrent) {
+    _purgeable = state;
+  }
+  return previous;
+}
+@end
+
+@implementation FakeMTLHeap
+// Apple (MTLHeap newBufferWithLength:options:[offset:]): the options' storage mode and CPU
+// cache mode must match the heap's. Metal's validation stops the program; the stand-in
+// returns nil and records it. Called with the lock held.
+- (BOOL)fakeMatches:(MTLResourceOptions)options in:(const char*)call {
+  if (storage_of(options) == _storage && cache_of(options) == _cache) {
+    return YES;
+  }
+  record("heap_buffer_storage_mismatch", _device,
+         std::string("heap ") + call + " asked for " + mode_name(storage_of(options)) + " storage from a " +
+             mode_name(_storage) + " heap (or another CPU cache mode)",
+         @{@"heap_storage_mode" : ns(mode_name(_storage)), @"storage_mode" : ns(mode_name(storage_of(options)))});
+  return NO;
+}
+- (void)dealloc {
+  {
+    Guard g(lock());
+    _device->_allocated -= _size;
+  }
+  [super dealloc];
 }
 - (MTLHeapType)type {
   return _type;
@@ -549,13 +580,6 @@ FakeMTLBuffer* as_buffer(id object) {
   _used += buffer->_allocated; // given back when the buffer is deallocated, as for any heap buffer
   return buffer;
 }
-- (MTLPurgeableState)setPurgeableState:(MTLPurgeableState)state {
-  const MTLPurgeableState previous = _purgeable;
-  if (state != MTLPurgeableStateKeepCurrent) {
-    _purgeable = state;
-  }
-  return previous;
-}
 @end
 
 @implementation FakeMTLBuffer
@@ -589,31 +613,7 @@ FakeMTLBuffer* as_buffer(id object) {
   std::free(_gpu);
   delete _usedBy;
   [_heap release];
-  [_device release];
-  [_label release];
   [super dealloc];
-}
-- (NSString*)label {
-  return _label;
-}
-- (void)setLabel:(NSString*)label {
-  [_label release];
-  _label = [label copy];
-}
-- (id<MTLDevice>)device {
-  return _device;
-}
-- (MTLStorageMode)storageMode {
-  return _storage;
-}
-- (MTLCPUCacheMode)cpuCacheMode {
-  return _cache;
-}
-- (MTLHazardTrackingMode)hazardTrackingMode {
-  return _hazard;
-}
-- (MTLResourceOptions)resourceOptions {
-  return pack(_storage, _cache, _hazard);
 }
 - (id<MTLHeap>)heap {
   return _heap;
@@ -656,13 +656,6 @@ FakeMTLBuffer* as_buffer(id object) {
          "didModifyRange: {" + std::to_string(range.location) + ", " + std::to_string(range.length) + "}",
          @{@"location" : [NSNumber numberWithUnsignedLong:range.location],
            @"length" : [NSNumber numberWithUnsignedLong:range.length]});
-}
-- (MTLPurgeableState)setPurgeableState:(MTLPurgeableState)state {
-  const MTLPurgeableState previous = _purgeable;
-  if (state != MTLPurgeableStateKeepCurrent) {
-    _purgeable = state;
-  }
-  return previous;
 }
 @end
 
