@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,10 +113,6 @@ def _percent(
     return None
 
 
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def speedups(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for base in ("cpu_1_thread", "cpu_all_threads"):
@@ -126,19 +121,9 @@ def speedups(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for r in rows
             if "median_s" in r.get(base, {}) and "median_s" in r["device"]
         ]
-        if not pairs:
-            continue
-        worst = min(pairs, key=lambda p: p[1])
-        best = max(pairs, key=lambda p: p[1])
-        out[base] = {
-            "geomean": _geomean([s for _, s in pairs]),
-            "worst": worst[1],
-            "worst_kernel": worst[0],
-            "best": best[1],
-            "best_kernel": best[0],
-            "kernels": len(pairs),
-            "slower_than_cpu": [n for n, s in pairs if s < 1.0],
-        }
+        summary = _timing.speedup_summary(pairs, "kernel")
+        if summary is not None:
+            out[base] = {**summary, "slower_than_cpu": [n for n, s in pairs if s < 1.0]}
     return out
 
 

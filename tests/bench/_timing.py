@@ -15,6 +15,7 @@ measure = _impl.measure
 measure_interleaved = _impl.measure_interleaved
 measure_on = _impl.measure_on
 rules_on = _impl.rules_on
+speedup_summary = _impl.speedup_summary
 synchronize = _impl.synchronize
 
-__all__ = ["Timing", "measure", "measure_interleaved", "measure_on", "rules_on", "synchronize"]
+__all__ = ["Timing", "measure", "measure_interleaved", "measure_on", "rules_on", "speedup_summary", "synchronize"]

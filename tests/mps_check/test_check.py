@@ -252,7 +252,9 @@ def test_timing_rules_are_the_wheels_copy() -> None:
     from tests.bench import _kernels, _timing
 
     wheel_timing = overlay.SOURCES / "_timing.py"
-    for rule in (_timing.measure, _timing.measure_interleaved, _timing.measure_on, _timing.rules_on):
+    for rule in (
+        _timing.measure, _timing.measure_interleaved, _timing.measure_on, _timing.rules_on, _timing.speedup_summary
+    ):
         assert Path(inspect.getsourcefile(rule) or "") == wheel_timing, rule.__name__
     assert Path(inspect.getsourcefile(_kernels._workloads.matmul_setup) or "") == (
         overlay.SOURCES / "_workloads.py"

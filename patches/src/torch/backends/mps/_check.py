@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import re
@@ -525,10 +524,6 @@ def verdict(workload: Workload, speedup: Optional[float], device: str, error: Op
     return f"{workload.label}: {gpu} and all CPU threads within 10% ({speedup:.2f}x): no gain either way"
 
 
-def _geomean(values: Sequence[float]) -> Optional[float]:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def _ratio(cpu: Dict[str, Any], dev: Dict[str, Any]) -> Optional[float]:
     if "median_s" in cpu and "median_s" in dev and dev["median_s"] > 0:
         return float(cpu["median_s"]) / float(dev["median_s"])
@@ -552,18 +547,9 @@ def summarise(timings: Sequence[WorkloadTiming], device: str) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for key, attr in (("cpu_all_threads", "speedup_all_threads"), ("cpu_1_thread", "speedup_1_thread")):
         pairs = [(t.label, getattr(t, attr)) for t in timings if getattr(t, attr) is not None]
-        if not pairs:
-            continue
-        worst = min(pairs, key=lambda p: p[1])
-        best = max(pairs, key=lambda p: p[1])
-        out[key] = {
-            "geomean": _geomean([s for _, s in pairs]),
-            "worst": worst[1],
-            "worst_workload": worst[0],
-            "best": best[1],
-            "best_workload": best[0],
-            "workloads": len(pairs),
-        }
+        summary = _timing.speedup_summary(pairs, "workload")
+        if summary is not None:
+            out[key] = summary
     return out
 
 

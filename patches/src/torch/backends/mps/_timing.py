@@ -8,7 +8,8 @@ same kernel can be compared.
 The rules: a few warm-up calls; every repeat is a batch of back-to-back calls between two
 synchronisations of the device, long enough that the synchronisation itself does not count;
 the median of the repeats, with the quartiles as its spread. GPU work is asynchronous, and a
-timer that does not wait for the device measures only how fast work is queued.
+timer that does not wait for the device measures only how fast work is queued. Speedups
+against the CPU are summed up the same way in both too: geometric mean, worst and best.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 
-__all__ = ["Timing", "measure", "measure_interleaved", "measure_on", "rules_on", "synchronize"]
+__all__ = [
+    "Timing", "measure", "measure_interleaved", "measure_on", "rules_on", "speedup_summary", "synchronize",
+]
 
 
 class Timing:
@@ -185,3 +188,23 @@ def rules_on(device: str, budget_s: float) -> Dict[str, Any]:
 def measure_on(fn: Callable[[], Any], device: str, budget_s: float) -> Timing:
     """``measure`` with the shared settings for ``device`` (``rules_on``)."""
     return measure(fn, device, **rules_on(device, budget_s))
+
+
+def speedup_summary(pairs: Sequence[Tuple[str, float]], noun: str) -> Optional[Dict[str, Any]]:
+    """The geometric mean, the worst and the best of ``(name, speedup)`` pairs; None for none.
+
+    Keyed ``geomean``, ``worst``, ``worst_<noun>``, ``best``, ``best_<noun>`` and ``<noun>s``
+    (the count): the check says "workload" and the benchmark "kernel".
+    """
+    if not pairs:
+        return None
+    worst = min(pairs, key=lambda p: p[1])
+    best = max(pairs, key=lambda p: p[1])
+    return {
+        "geomean": math.exp(sum(math.log(s) for _, s in pairs) / len(pairs)),
+        "worst": worst[1],
+        f"worst_{noun}": worst[0],
+        "best": best[1],
+        f"best_{noun}": best[0],
+        f"{noun}s": len(pairs),
+    }
