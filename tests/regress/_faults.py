@@ -98,10 +98,37 @@ def _install_softmax_odd_tail(device: str) -> None:
     _LIBS.append(lib)  # the override lives as long as the library object
 
 
+def odd_offset_h2d_destination(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, device: str
+) -> torch.Tensor | None:
+    """The ``device`` tensor that ``func`` (already run, giving ``out``) filled from host memory
+    read from an odd element offset, if it has more than one element; else None.
+
+    Both planted odd-offset copy faults corrupt that tensor: this suite's (``_stale_tail_mode``)
+    and the one under ``--check`` (``tests/mps_check/plant/sitecustomize.py``, which loads
+    this file by path).
+    """
+    aten = torch.ops.aten
+    src = dst = None
+    if func is aten._to_copy.default:
+        target = kwargs.get("device")
+        if target is not None and torch.device(target).type == device:
+            src, dst = args[0], out
+    elif func is aten.copy_.default and args[0].device.type == device:
+        src, dst = args[1], args[0]
+    if (
+        isinstance(src, torch.Tensor)
+        and src.device.type == "cpu"
+        and src.storage_offset() % 2 == 1
+        and isinstance(dst, torch.Tensor)
+        and dst.numel() > 1
+    ):
+        return dst
+    return None
+
+
 def _stale_tail_mode(device: str) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    aten = torch.ops.aten
 
     class StaleTail(TorchDispatchMode):
         """Host-to-device copies from an odd element offset leave the last element stale."""
@@ -111,20 +138,8 @@ def _stale_tail_mode(device: str) -> Any:
         ) -> Any:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            src = dst = None
-            if func is aten._to_copy.default:
-                target = kwargs.get("device")
-                if target is not None and torch.device(target).type == device:
-                    src, dst = args[0], out
-            elif func is aten.copy_.default and args[0].device.type == device:
-                src, dst = args[1], args[0]
-            if (
-                isinstance(src, torch.Tensor)
-                and src.device.type == "cpu"
-                and src.storage_offset() % 2 == 1
-                and dst is not None
-                and dst.numel() > 1
-            ):
+            dst = odd_offset_h2d_destination(func, args, kwargs, out, device)
+            if dst is not None:
                 last = tuple(s - 1 for s in dst.shape)
                 if dst.dtype == torch.bool:
                     dst[last] = ~dst[last]
