@@ -176,13 +176,13 @@ def _paired_rows(
         raise ValueError(f"not a workload of both the check and the benchmark: {', '.join(unknown)}; known: {', '.join(known)}")
     if plant is not None and plant not in names:
         raise ValueError(f"--plant {plant}: not one of the workloads compared ({', '.join(names)})")
+    rules = timing.rules_on(device, budget_s)
     rows = []
     for name in names:
         ours = check._WORKLOAD_BY_NAME[name].setup()(device)
         if name == plant:
             ours = _planted(ours)
         theirs = kernels[name].setup(device)
-        rules = timing.rules_on(device, budget_s)
         pairs = []
         for i in range(repeat):
             # The order swapped every other time: neither is always the first of a round.
