@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # NVIDIA validation of `python -m torch.backends.mps --check` (issue 18), behind
-# docs/validation/*-mps-check/: the check on cuda (text, the README's sample); its timings
+# docs/validation/*-paired/: the check on cuda (text, the sample in docs/mps-python-api.md); its timings
 # against the benchmark's, two ways (tests/mps_check/compare_bench.py): `paired`, the two
 # tools' workloads timed in turn in one process (5%), with a planted 12.5% difference it must
 # measure; and `runs`, three whole runs of each tool taken in turn, as information (a
