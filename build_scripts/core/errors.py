@@ -6,7 +6,7 @@ without a traceback and exits with ``exit_code``. Anything else that escapes is 
 
 from __future__ import annotations
 
-#: The command line's exit codes; the README documents them and what `make build` makes of them.
+#: The command line's exit codes; docs/build-reference.md documents them and what `make build` makes of them.
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2  # argparse

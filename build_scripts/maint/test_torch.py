@@ -41,7 +41,7 @@ from packaging.version import Version
 #: The Linux tests' torch: a CPU build. 2.13.0 is the newest one the project's own machines
 #: hold as a local file, so their `make test` installs it without a download.
 LINUX_TORCH = "2.13.0"
-#: PyTorch's own index of CPU-only builds (Linux tests only; see the README's "Set up").
+#: PyTorch's own index of CPU-only builds (Linux tests only; see docs/contributing.md, "Set up").
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 #: The last torch release with macOS x86_64 wheels on the default index, and its Pythons.
 INTEL_MAC_UPSTREAM = "2.2.2"

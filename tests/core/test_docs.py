@@ -1,5 +1,6 @@
 """What the project tells users: install instructions name only our index, with the exact pin,
-no registry host is named anywhere, and the README's layout section matches the folders.
+no registry host is named anywhere, and the layout section of docs/contributing.md matches the
+folders.
 """
 
 from __future__ import annotations
@@ -97,14 +98,17 @@ def test_install_instructions_name_only_our_index_with_an_exact_pin() -> None:
     assert checked >= 5, "the instructions were not found; the reader is broken"
 
 
+LAYOUT_DOC = REPO / "docs" / "contributing.md"
+
+
 def _layout_block() -> list[str]:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Repository layout", 1)[1]
+    text = LAYOUT_DOC.read_text(encoding="utf-8")
+    section = text.split("## Repository layout", 1)[1]
     return section.split("```", 2)[1].splitlines()[1:]
 
 
 def _layout_entries() -> list[str]:
-    """The paths the README's layout block lists, nested ones joined to their folder."""
+    """The paths the layout block lists, nested ones joined to their folder."""
     entries: list[str] = []
     parents: list[tuple[int, str]] = []
     for line in _layout_block():
@@ -121,14 +125,14 @@ def _layout_entries() -> list[str]:
     return entries
 
 
-def test_readme_layout_lists_only_what_exists() -> None:
+def test_layout_lists_only_what_exists() -> None:
     entries = _layout_entries()
     assert "build_scripts/stages/" in entries
     missing = [entry for entry in entries if not (REPO / entry).exists()]
-    assert not missing, f"README's layout names {missing}, which do not exist"
+    assert not missing, f"{LAYOUT_DOC.name}'s layout names {missing}, which do not exist"
 
 
-def test_readme_layout_lists_every_folder_of_the_code() -> None:
+def test_layout_lists_every_folder_of_the_code() -> None:
     entries = set(_layout_entries())
     folders = {f"{path.name}/" for path in REPO.iterdir() if path.is_dir() and path.name in
                ("patches", "build_scripts", "wheels", "ci", "tests", "docs", ".github")}
@@ -140,7 +144,7 @@ def test_readme_layout_lists_every_folder_of_the_code() -> None:
     unlisted = sorted(
         folder for folder in folders if not any(entry.startswith(folder) for entry in entries)
     )
-    assert not unlisted, f"README's layout does not show {unlisted}"
+    assert not unlisted, f"{LAYOUT_DOC.name}'s layout does not show {unlisted}"
 
 
 def test_install_lines_name_torch_and_its_torchvision() -> None:
@@ -150,7 +154,7 @@ def test_install_lines_name_torch_and_its_torchvision() -> None:
 
     lines = catalog.load()
     checked = 0
-    for path in (REPO / "README.md", REPO / "docs" / "building.md"):
+    for path in (REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))):
         for text in path.read_text(encoding="utf-8").splitlines():
             if "pip install" not in text or "--extra-index-url" not in text:
                 continue

@@ -1,4 +1,5 @@
-"""The README's install commands, end to end: pip and uv, our index as an extra index.
+"""The documented install commands (README, docs/install.md), end to end: pip and uv, our index
+as an extra index.
 
 Two real HTTP servers on 127.0.0.1: ours, serving the index the pipeline just wrote (the
 fixture torch and the fixture torchvision that requires it exactly), and a stand-in for the
@@ -92,7 +93,7 @@ def test_pip_and_uv_install_the_pair_from_our_extra_index(
         ours = serve_index(ours_server, project.wheels)
         index = serve_index(default_server, default_dir)
         cases = [
-            # The README's commands: exact pins, our index as an extra index.
+            # The documented commands: exact pins, our index as an extra index.
             ("pip", [], pinned, ours_pair),
             ("uv", [], pinned, ours_pair),
             # uv's default strategy (first-index) reads --extra-index-url before the default

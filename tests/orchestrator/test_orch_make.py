@@ -1,6 +1,6 @@
 """`make build`'s exit status, through the real Makefile, on the fixture upstream.
 
-GNU make exits only 0 or 2. The mapping (README, "Exit codes"): 0 when the wheels are built,
+GNU make exits only 0 or 2. The mapping (docs/build-reference.md, "Exit codes"): 0 when the wheels are built,
 and also when a host that cannot compile fetched, checked and patched and stopped before
 compiling (the command's exit 3); 2 for an error. ``build/<version>/outcome.json`` tells
 "built" from "needs-mac", and "error" from both.
@@ -72,7 +72,7 @@ def test_built_wheels_exit_0(project: Project) -> None:
 
 
 def test_a_malformed_sha256_is_a_usage_error(project: Project) -> None:
-    """README, Exit codes: bad arguments exit 2 and leave no outcome.json."""
+    """docs/build-reference.md, Exit codes: bad arguments exit 2 and leave no outcome.json."""
     result = make_build(project, sha256="abc")
     assert result.returncode == 2, result.stderr
     assert "argument --sha256: 'abc' is not a sha256: expected 64 hexadecimal digits" in result.stderr
