@@ -21,8 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
-
+from ..core import backend as backend_mod
 from ..core import host as host_mod
 from ..core import preflight as preflight_mod
 from ..core import toolchain
@@ -31,17 +30,18 @@ from ..core.errors import BuildError
 from ..core.host import MAX_JOBS_SHELL, Host, max_jobs
 from ..core.options import Options, PythonTarget
 
-#: From 2.9 upstream documents pip (not setup.py commands) as the way to build; older
-#: lines, 2.6 among them, build their wheels with ``setup.py bdist_wheel``.
-PIP_WHEEL_FROM = Version("2.9")
-
 
 def is_cross_build(host: Host) -> bool:
     return host.machine != "x86_64"
 
 
 def build_env(options: Options, host: Host) -> dict[str, str]:
-    """The variables PyTorch's setup.py reads (it passes BUILD_*, USE_* and CMAKE_* to CMake)."""
+    """The variables PyTorch's build reads.
+
+    Up to 2.13 setup.py hands every BUILD_*, USE_* and CMAKE_* variable to CMake; from 2.14
+    (scikit-build-core) CMake reads them itself (cmake/EnvVarForwarding.cmake), and the
+    version metadata comes from PYTORCH_BUILD_VERSION either way.
+    """
     line = options.line
     env = {
         "USE_MPS": "1",
@@ -53,6 +53,11 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
         "PYTORCH_BUILD_NUMBER": "0",
         "MAX_JOBS": str(max_jobs(host)),
     }
+    if backend_mod.get(line.build_backend).cmake_driven:
+        # setup.py turned MAX_JOBS into ninja's -j; with scikit-build-core, `cmake --build`
+        # reads CMake's own variable, so set it to the same number whatever the line's
+        # pyproject does with MAX_JOBS.
+        env["CMAKE_BUILD_PARALLEL_LEVEL"] = env["MAX_JOBS"]
     launcher = host.ccache or host.sccache
     if launcher:
         env["CMAKE_C_COMPILER_LAUNCHER"] = launcher
@@ -88,6 +93,10 @@ def computed_env(options: Options, host: Host) -> dict[str, Computed]:
         )
     }
     env = build_env(options, host)
+    if "CMAKE_BUILD_PARALLEL_LEVEL" in env:
+        out["CMAKE_BUILD_PARALLEL_LEVEL"] = Computed(
+            MAX_JOBS_SHELL, "the same number as MAX_JOBS, for scikit-build-core's `cmake --build`"
+        )
     found_here = f"found on the machine that planned ({host.description}); set it to yours"
     for key in ("OpenMP_ROOT", "CMAKE_PREFIX_PATH", "CPATH", "CMAKE_C_COMPILER_LAUNCHER",
                 "CMAKE_CXX_COMPILER_LAUNCHER"):  # fmt: skip
@@ -129,22 +138,12 @@ def toolchain_notes(options: Options) -> list[str]:
 
 
 def wheel_command(options: Options, python: PythonTarget) -> tuple[str, ...]:
-    interpreter = str(venv_python(options, python))
-    out = str(options.layout.raw(python))
-    if Version(options.line.version) >= PIP_WHEEL_FROM:
-        return (
-            interpreter,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-v",
-            "--wheel-dir",
-            out,
-            ".",
-        )
-    return (interpreter, "setup.py", "bdist_wheel", "--dist-dir", out)
+    return backend_mod.wheel_command(
+        backend_mod.get(options.line.build_backend),
+        str(venv_python(options, python)),
+        options.layout.raw(python),
+        line_version=options.line.version,
+    )
 
 
 @dataclass(frozen=True)
@@ -235,9 +234,10 @@ def _clean_python_outputs(tree: Path) -> None:
     """Remove what one interpreter's wheel build leaves that the next must not pick up.
 
     The CMake/ninja tree in build/ stays (that is the point); setuptools' own per-Python
-    staging folders and extension modules built in place go.
+    staging folders and extension modules built in place go (scikit-build-core stages in
+    a folder of its own, so for it there is nothing of the kind).
     """
-    build = tree / "build"
+    build = tree / backend_mod.BUILD_DIR
     for pattern in ("lib.*", "bdist.*"):
         for path in build.glob(pattern):
             shutil.rmtree(path, ignore_errors=True)
@@ -246,16 +246,28 @@ def _clean_python_outputs(tree: Path) -> None:
             path.unlink()
 
 
-def _retarget_cache(options: Options, previous: PythonTarget, python: PythonTarget) -> None:
-    tree = options.layout.patched_tree
-    cache = tree / "build" / "CMakeCache.txt"
+def retarget_build_tree(tree: Path, backend_name: str, previous: Path, interpreter: Path) -> None:
+    """Make ``tree``'s CMake tree, configured for ``previous``, build for ``interpreter``."""
+    build = tree / backend_mod.BUILD_DIR
+    cache = build / "CMakeCache.txt"
     if not cache.is_file():
         raise BuildError(f"{cache} is missing: the first Python's build did not configure CMake.")
-    old = PythonPaths.probe(venv_python(options, previous))
-    new = PythonPaths.probe(venv_python(options, python))
+    old = PythonPaths.probe(previous)
+    new = PythonPaths.probe(interpreter)
     text, _ = rewrite_cmake_cache(cache.read_text(encoding="utf-8"), old, new)
     cache.write_text(text, encoding="utf-8")
+    if backend_mod.get(backend_name).cmake_driven:
+        backend_mod.retarget_skbuild_info(build, str(interpreter))
     _clean_python_outputs(tree)
+
+
+def _retarget_cache(options: Options, previous: PythonTarget, python: PythonTarget) -> None:
+    retarget_build_tree(
+        options.layout.patched_tree,
+        options.line.build_backend,
+        venv_python(options, previous),
+        venv_python(options, python),
+    )
 
 
 def python_steps(options: Options, index: int) -> list[Step]:
@@ -277,17 +289,23 @@ def python_steps(options: Options, index: int) -> list[Step]:
             log_name=log_name,
         ),
         Step(
-            "preflight: Xcode, macOS SDK, Metal compiler, libomp's minimum macOS, cmake, ninja, "
-            "free disk and the interpreter's architecture, before any compiling",
+            f"preflight: the build backend ({options.line.build_backend}) imports, Xcode, macOS "
+            "SDK, Metal compiler, libomp's minimum macOS, cmake, ninja, free disk and the "
+            "interpreter's architecture, before any compiling",
             action=lambda: preflight(options, host_mod.probe(), python),
         ),
     ]
     if index > 0:
         previous = options.pythons[index - 1]
+        skbuild = (
+            "and scikit-build-core's build/.skbuild-info.json (else it would drop the cache); "
+            if backend_mod.get(options.line.build_backend).cmake_driven
+            else ""
+        )
         steps.append(
             Step(
-                f"keep build/; rewrite build/CMakeCache.txt's Python paths {previous.tag} -> {python.tag}; "
-                "drop the previous Python's extension modules",
+                f"keep build/; rewrite build/CMakeCache.txt's Python paths {previous.tag} -> {python.tag} "
+                f"{skbuild}; drop the previous Python's extension modules".replace(" ;", ";"),
                 action=lambda: _retarget_cache(options, previous, python),
             )
         )
@@ -298,8 +316,8 @@ def python_steps(options: Options, index: int) -> list[Step]:
     )
     steps.append(
         Step(
-            f"wheel for {python.tag} ({what}); the venv's bin/ first on PATH, so setup.py's "
-            "cmake and ninja are the pinned ones",
+            f"wheel for {python.tag} ({what}, {options.line.build_backend}); the venv's bin/ "
+            "first on PATH, so the cmake and ninja the build runs are the pinned ones",
             wheel_command(options, python),
             cwd=tree,
             log_name=log_name,
@@ -391,9 +409,21 @@ def preflight(options: Options, host: Host, python: PythonTarget | None = None) 
                 f"Install it (python.org installer, or `brew install python@{target.version}`) "
                 "or pass its path with --python."
             )
-    if not (options.layout.patched_tree / "setup.py").is_file():
-        raise BuildError(
-            f"{options.layout.patched_tree} has no setup.py: run the patch stage first."
+    tree = options.layout.patched_tree
+    if not any((tree / name).is_file() for name in ("setup.py", "pyproject.toml")):
+        raise BuildError(f"{tree} has no setup.py or pyproject.toml: run the patch stage first.")
+    backend = backend_mod.get(options.line.build_backend)
+    interpreter = str(venv_python(options, python)) if python is not None else None
+    found = backend_mod.problems(
+        backend,
+        tree,
+        interpreter,
+        shlex.join(toolchain_command(options, python)) if python is not None else "",
+    )
+    if found:
+        raise preflight_mod.PreflightError(
+            f"Not starting the compile of PyTorch {options.line.version}: its build backend "
+            "cannot run.\n" + "\n".join(f"  - {problem}" for problem in found)
         )
     pinned = None
     if python is not None:

@@ -79,6 +79,24 @@ def commands(lines: list[str]) -> list[str]:
     return [line for line in lines if not line.startswith(("#", "export ", "## "))]
 
 
+#: scikit-build-core's settings in the wheel command: one CMake tree in build/, reused by
+#: every Python, and the compile's output in the log.
+SKBUILD_SETTINGS = "--config-settings=build-dir=build --config-settings=build.verbose=true"
+
+
+def test_2_9_1_builds_with_pip_and_setuptools(
+    fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    build = section(dry_run(capsys, work, "--torch", "2.9.1", "--python", "3.12"), "build")
+    root, venv = work / "2.9.1", work / "2.9.1" / "venvs" / "cp312"
+    assert commands(build)[-1] == (
+        f'(cd {root}/patched && PATH={venv}/bin:"$PATH" {venv}/bin/python -m pip wheel '
+        f"--no-build-isolation --no-deps --no-index -v --wheel-dir {root}/dist/cp312/raw .)"
+    )
+    assert "CMAKE_BUILD_PARALLEL_LEVEL" not in exports(build)
+
+
 def pins(version: str) -> Path:
     return catalog.load().line(version).pins
 
@@ -101,6 +119,12 @@ def base_env(version: str, deployment_target: str, jobs: int) -> dict[str, str]:
         "CMAKE_OSX_ARCHITECTURES": "x86_64",
         "ARCHFLAGS": "-arch x86_64",
         "_PYTHON_HOST_PLATFORM": f"macosx-{deployment_target}-x86_64",
+        # scikit-build-core runs `cmake --build`, which reads CMake's own variable.
+        **(
+            {"CMAKE_BUILD_PARALLEL_LEVEL": MAX_JOBS_SHELL}
+            if line.build_backend == "scikit-build-core"
+            else {}
+        ),
         **line.build_env,
     }
 
@@ -132,8 +156,13 @@ def test_intel_mac_plan_for_2_6_0(
         "#   cp312 numpy==2.0.2  numpy-2.0.2-cp312-cp312-macosx_10_9_x86_64.whl "
         "sha256:df55d490dea7934f330006d0f81e8551ba6010a5bf035a249ef61a94f21c500b"
     ) in text
-    assert "#   cp312 cmake==3.31.4  cmake-3.31.4-py3-none-macosx_10_10_universal2.whl sha256:" in text
-    assert "# preflight: Xcode, macOS SDK, Metal compiler, libomp's minimum macOS" in text
+    assert (
+        "#   cp312 cmake==3.31.4  cmake-3.31.4-py3-none-macosx_10_10_universal2.whl sha256:" in text
+    )
+    assert (
+        "# preflight: the build backend (setuptools) imports, Xcode, macOS SDK, Metal compiler, libomp's minimum macOS"
+        in text
+    )
     assert "# native x86_64 build" in build
     assert not any("CROSS BUILD" in line for line in build)
     assert exports(section(out, "repair")) == {"MACOSX_DEPLOYMENT_TARGET": "13.0"}
@@ -164,15 +193,19 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
     assert commands(build) == [
         f"{fake_mac}/python3.12 -m venv {v12}",
         f"{v12}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",
-        f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {v12}/bin/python -m pip wheel --no-build-isolation --no-deps -v --wheel-dir {root}/dist/cp312/raw .)',
+        f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {v12}/bin/python -m pip wheel --no-build-isolation --no-deps --no-index -v --wheel-dir {root}/dist/cp312/raw {SKBUILD_SETTINGS} .)',
         f"{fake_mac}/python3.13 -m venv {v13}",
         f"{v13}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",
-        f'(cd {root}/patched && PATH={v13}/bin:"$PATH" {v13}/bin/python -m pip wheel --no-build-isolation --no-deps -v --wheel-dir {root}/dist/cp313/raw .)',
+        f'(cd {root}/patched && PATH={v13}/bin:"$PATH" {v13}/bin/python -m pip wheel --no-build-isolation --no-deps --no-index -v --wheel-dir {root}/dist/cp313/raw {SKBUILD_SETTINGS} .)',
     ]
     text = "\n".join(build)
-    assert "# wheel for cp312 (compiles everything)" in text
-    assert "# keep build/; rewrite build/CMakeCache.txt's Python paths cp312 -> cp313" in text
-    assert "# wheel for cp313 (reuses the build tree of cp312)" in text
+    assert "# preflight: the build backend (scikit-build-core) imports" in text
+    assert "# wheel for cp312 (compiles everything, scikit-build-core)" in text
+    assert (
+        "# keep build/; rewrite build/CMakeCache.txt's Python paths cp312 -> cp313 and "
+        "scikit-build-core's build/.skbuild-info.json (else it would drop the cache);"
+    ) in text
+    assert "# wheel for cp313 (reuses the build tree of cp312, scikit-build-core)" in text
     assert "UNPINNED" in "\n".join(section(out, "fetch"))
 
 
@@ -246,7 +279,10 @@ def test_linux_dry_run_says_the_real_run_stops(
     assert "this host is Linux: a real run stops before this stage with exit code 3" in build
     assert "libomp NOT FOUND" in build
     # Sized where the plan runs, not on this 2-core Linux machine; the plan says so.
-    assert f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory" in build
+    assert (
+        f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory"
+        in build
+    )
     assert "(here: 2 on Linux x86_64, 2 cores, 8 GiB)" in build
 
 
@@ -372,7 +408,9 @@ def test_the_plan_runs_when_pasted(
     # A pretend Mac's tools: sysctl says 12 cores and 16 GiB; delocate-wheel and the build
     # venv's python print what they were given.
     tools = tmp_path / "tools"
-    _script(tools / "sysctl", 'case "$2" in hw.ncpu) echo 12;; hw.memsize) echo 17179869184;; esac\n')
+    _script(
+        tools / "sysctl", 'case "$2" in hw.ncpu) echo 12;; hw.memsize) echo 17179869184;; esac\n'
+    )
     _script(tools / "delocate-wheel", 'for a in "$@"; do echo "$a"; done\n')
     root = work / "2.6.0"
     venv_bin = root / "venvs" / "cp312" / "bin"
@@ -380,7 +418,9 @@ def test_the_plan_runs_when_pasted(
     _script(venv_bin / "cmake", "exit 0\n")
     _script(tools / "cmake", "exit 0\n")  # another cmake on PATH: the venv's must win
     (root / "patched").mkdir(parents=True)
-    wheel = root / "dist" / "cp312" / "raw" / "torch-2.6.0+intelmac-cp312-cp312-macosx_13_0_x86_64.whl"
+    wheel = (
+        root / "dist" / "cp312" / "raw" / "torch-2.6.0+intelmac-cp312-cp312-macosx_13_0_x86_64.whl"
+    )
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"")
     env = {"PATH": f"{tools}:/usr/bin:/bin"}
@@ -413,5 +453,7 @@ def test_build_information_records_the_pinned_toolchain(fake_mac: Path) -> None:
     assert record["pins"] == "toolchain/2.6.0.txt"
     assert record["pins_sha256"] == hashlib.sha256(pins("2.6.0").read_bytes()).hexdigest()
     assert record["versions"]["cmake"] == "3.31.4" and record["versions"]["numpy"] == "2.0.2"
-    info = repair.build_info(options, {"builder": "pytorch-macos", "build_requirements": record}, "n")
+    info = repair.build_info(
+        options, {"builder": "pytorch-macos", "build_requirements": record}, "n"
+    )
     assert info["build_requirements"] == record
