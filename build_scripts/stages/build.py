@@ -73,7 +73,7 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
         "toolchain": buildinfo.toolchain(
             interpreter,
             macos=host.is_macos,
-            libomp=options.libomp_prefix(host.libomp_prefix),
+            libomp=macos.libomp_prefix(options) if host.is_macos else None,
             launcher=host.ccache or host.sccache,
         ),
         "build_requirements": _build_requirements(options, python),
@@ -290,9 +290,8 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         + done
         + vision
         + "To finish, on an Intel Mac (native x86_64; an Apple-silicon Mac can cross-build, best "
-        f"effort) with Xcode {preflight.xcode_for_sdk(options.line.macos_sdk_min)} or later, a "
-        f"libomp built for macOS {options.line.macos_deployment_target} or older "
-        "(make build LIBOMP=PREFIX) and ccache:\n"
+        f"effort) with Xcode {preflight.xcode_for_sdk(options.line.macos_sdk_min)} or later and "
+        "ccache (the build fetches its pinned, sha256-checked llvm-openmp itself):\n"
         "  git clone <this repository> && cd <it>\n"
         f"  {make}\n"
         "See every command and variable it will use first (this runs anywhere, on a fresh "
@@ -346,6 +345,7 @@ def build(options: Options, log: Log, host: Host | None = None, *, repatch: Repa
     if options.builder == "pytorch-macos" and options.companion_of is not None:
         _preflight_companion(options)
     elif options.builder == "pytorch-macos":
+        macos.ensure_libomp(options, log)
         macos.preflight(options, host)
     else:
         _preflight_generic(options)

@@ -7,7 +7,9 @@ the series grows); everything else is: commands, variables, folders.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
 import shlex
 import shutil
 import subprocess
@@ -15,8 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from orch_server import FileServer
 from intelmac_torch_builder import cli
 from intelmac_torch_builder.core import catalog, host
+from intelmac_torch_builder.core.errors import BuildError
 from intelmac_torch_builder.core.host import GIB, MAX_JOBS_SHELL, Host
 from intelmac_torch_builder.platforms.macos import PythonPaths, rewrite_cmake_cache
 
@@ -41,6 +45,7 @@ def fake_mac(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         stub.write_text("#!/bin/sh\nexit 1\n")
         stub.chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("INTELMAC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(host, "probe", lambda: INTEL)
     return bin_dir
 
@@ -101,8 +106,25 @@ def pins(version: str) -> Path:
     return catalog.load().line(version).pins
 
 
+def pinned_openmp() -> str:
+    """The pinned llvm-openmp's prefix (patches/toolchain/native.yaml) in fake_mac's cache."""
+    return f"{os.environ['INTELMAC_CACHE']}/native/llvm-openmp-11.1.0-1ebfeee2af90"
+
+
+def openmp_commands() -> list[str]:
+    """The plan's first commands: fetch the pinned llvm-openmp, give its dylib an absolute id
+    (as upstream's 2.14.1 libomp has: /opt/llvm-openmp/lib/libomp.dylib)."""
+    prefix = pinned_openmp()
+    dylib = f"{prefix}/lib/libomp.dylib"
+    return [
+        f"{sys.executable} -m intelmac_torch_builder native fetch llvm-openmp --cache {Path(prefix).parent}",
+        f"install_name_tool -id {dylib} {dylib}",
+    ]
+
+
 def base_env(version: str, deployment_target: str, jobs: int) -> dict[str, str]:
     line = catalog.load().line(version)
+    openmp = pinned_openmp()
     return {
         "USE_MPS": "1",
         "USE_CUDA": "0",
@@ -113,9 +135,10 @@ def base_env(version: str, deployment_target: str, jobs: int) -> dict[str, str]:
         "MAX_JOBS": MAX_JOBS_SHELL,
         "CMAKE_C_COMPILER_LAUNCHER": "/usr/local/bin/ccache",
         "CMAKE_CXX_COMPILER_LAUNCHER": "/usr/local/bin/ccache",
-        "OpenMP_ROOT": "/usr/local/opt/libomp",
-        "CMAKE_PREFIX_PATH": "/usr/local/opt/libomp",
-        "CPATH": "/usr/local/opt/libomp/include",
+        # The pinned llvm-openmp, never the host's Homebrew libomp (it targets the host's macOS).
+        "OpenMP_ROOT": openmp,
+        "CMAKE_PREFIX_PATH": openmp,
+        "CPATH": f"{openmp}/include",
         "CMAKE_OSX_ARCHITECTURES": "x86_64",
         "ARCHFLAGS": "-arch x86_64",
         "_PYTHON_HOST_PLATFORM": f"macosx-{deployment_target}-x86_64",
@@ -139,6 +162,7 @@ def test_intel_mac_plan_for_2_6_0(
     root = work / "2.6.0"
     venv = root / "venvs" / "cp312"
     assert commands(build) == [
+        *openmp_commands(),
         f"{fake_mac}/python3.12 -m venv {venv}",
         (
             f"{venv}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps "
@@ -191,6 +215,7 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
     root = work / "2.15.0"
     v12, v13 = root / "venvs" / "cp312", root / "venvs" / "cp313"
     assert commands(build) == [
+        *openmp_commands(),
         f"{fake_mac}/python3.12 -m venv {v12}",
         f"{v12}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",
         f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {v12}/bin/python -m pip wheel --no-build-isolation --no-deps --no-index -v --wheel-dir {root}/dist/cp312/raw {SKBUILD_SETTINGS} .)',
@@ -277,7 +302,7 @@ def test_linux_dry_run_says_the_real_run_stops(
     out = dry_run(capsys, tmp_path / "work", "--torch", "2.6.0")
     build = "\n".join(section(out, "build"))
     assert "this host is Linux: a real run stops before this stage with exit code 3" in build
-    assert "libomp NOT FOUND" in build
+    assert "OpenMP: the pinned llvm-openmp 11.1.0 (macOS 10.9+, sha256 1ebfeee2" in build
     # Sized where the plan runs, not on this 2-core Linux machine; the plan says so.
     assert (
         f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory"
@@ -457,3 +482,46 @@ def test_build_information_records_the_pinned_toolchain(fake_mac: Path) -> None:
         options, {"builder": "pytorch-macos", "build_requirements": record}, "n"
     )
     assert info["build_requirements"] == record
+
+
+def test_pinned_openmp_is_fetched_checked_and_a_mismatch_stops_before_compiling(
+    fake_mac: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: FileServer
+) -> None:
+    """No --libomp: the build fetches the pinned llvm-openmp itself, before its preflight."""
+    from intelmac_torch_builder.core import native_deps
+    from intelmac_torch_builder.core._log import Log
+    from intelmac_torch_builder.core.options import resolve
+    from intelmac_torch_builder.platforms import macos
+    from test_native_deps import FILES, _tar
+
+    archive = tmp_path / "llvm-openmp-11.1.0-fixture_0.tar.bz2"
+    archive.write_bytes(_tar(FILES, "w:bz2"))
+    real = native_deps.load()["llvm-openmp"]
+    good = dataclasses.replace(
+        real,
+        url=server.serve(archive.name, archive),
+        sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+    )
+    options = resolve(
+        cli.make_parser().parse_args(["build", "--torch", "2.6.0", "--python", "3.12"])
+    )
+    log = Log.create()
+
+    monkeypatch.setattr(
+        native_deps,
+        "load",
+        lambda path=None: {"llvm-openmp": dataclasses.replace(good, sha256="0" * 64)},
+    )
+    with pytest.raises(BuildError) as refused:
+        macos.ensure_libomp(options, log)
+    assert "0" * 64 in str(refused.value) and good.sha256 in str(refused.value)
+    assert not (
+        Path(os.environ["INTELMAC_CACHE"]) / "native" / f"llvm-openmp-11.1.0-{'0' * 12}"
+    ).exists()
+
+    monkeypatch.setattr(native_deps, "load", lambda path=None: {"llvm-openmp": good})
+    prefix = macos.ensure_libomp(options, log)
+    assert prefix == macos.libomp_prefix(options)
+    assert (prefix / "include" / "omp.h").read_bytes() == FILES["include/omp.h"]
+    # The build's environment points CMake and clang at it.
+    assert macos.build_env(options, INTEL)["OpenMP_ROOT"] == str(prefix)
