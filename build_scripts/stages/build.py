@@ -77,6 +77,10 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
             launcher=host.ccache or host.sccache,
         ),
         "build_requirements": _build_requirements(options, python),
+        # The OpenMP compiled against: repair takes its omp.h into the wheel.
+        "libomp_prefix": str(macos.libomp_prefix(options))
+        if options.builder == "pytorch-macos" and options.companion_of is None
+        else None,
         "built_at": buildinfo.now(),
     }
     if options.companion_of is not None:

@@ -525,3 +525,61 @@ def test_pinned_openmp_is_fetched_checked_and_a_mismatch_stops_before_compiling(
     assert (prefix / "include" / "omp.h").read_bytes() == FILES["include/omp.h"]
     # The build's environment points CMake and clang at it.
     assert macos.build_env(options, INTEL)["OpenMP_ROOT"] == str(prefix)
+
+
+def test_repair_adds_omp_h_that_setup_py_never_copies_on_x86_64(
+    fake_mac: Path, tmp_path: Path
+) -> None:
+    """2.6.0's setup.py copies omp.h only after finding @rpath/libiomp5.dylib on Intel; the
+    repair puts the build's omp.h into the wheel, in RECORD, and leaves one already there."""
+    import base64
+    import csv
+    import io
+    import zipfile
+
+    from intelmac_torch_builder.core import buildinfo
+    from intelmac_torch_builder.core.options import resolve
+    from intelmac_torch_builder.stages import repair
+
+    prefix = tmp_path / "omp"
+    (prefix / "include").mkdir(parents=True)
+    (prefix / "include" / "omp.h").write_bytes(b"#define OMP_H 1\n")
+    argv = ["repair", "--torch", "2.6.0", "--python", "3.12"]
+    options = resolve(cli.make_parser().parse_args(argv))
+    # The build records the OpenMP it compiled against (here a --libomp prefix).
+    missing = repair.omp_header(options, {"builder": "pytorch-macos", "libomp_prefix": str(prefix)})
+    assert missing == {"torch/include/omp.h": b"#define OMP_H 1\n"}
+
+    def wheel(path: Path, members: dict[str, bytes]) -> Path:
+        with zipfile.ZipFile(path, "w") as archive:
+            for name, data in members.items():
+                archive.writestr(name, data)
+            archive.writestr("torch-2.6.0.dist-info/RECORD", "".join(f"{n},,\n" for n in members))
+        return path
+
+    without = wheel(tmp_path / "a.whl", {"torch/__init__.py": b""})
+    assert buildinfo.embed(without, tmp_path / "out" / "a.whl", {"x": 1}, missing) == [
+        "torch/include/omp.h"
+    ]
+    with zipfile.ZipFile(tmp_path / "out" / "a.whl") as archive:
+        assert archive.read("torch/include/omp.h") == b"#define OMP_H 1\n"
+        rows = {
+            row[0]: row[1]
+            for row in csv.reader(
+                io.StringIO(archive.read("torch-2.6.0.dist-info/RECORD").decode())
+            )
+            if row
+        }
+    digest = (
+        base64.urlsafe_b64encode(hashlib.sha256(b"#define OMP_H 1\n").digest())
+        .rstrip(b"=")
+        .decode()
+    )
+    assert rows["torch/include/omp.h"] == f"sha256={digest}"
+
+    already = wheel(tmp_path / "b.whl", {"torch/include/omp.h": b"upstream's\n"})
+    assert buildinfo.embed(already, tmp_path / "out" / "b.whl", {"x": 1}, missing) == []
+    with zipfile.ZipFile(tmp_path / "out" / "b.whl") as archive:
+        assert archive.read("torch/include/omp.h") == b"upstream's\n"
+    # A generic (not macOS PyTorch) wheel gets nothing.
+    assert repair.omp_header(options, {"builder": "setuptools"}) == {}
