@@ -208,7 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ..
             type=Path,
             metavar="PREFIX",
             help="OpenMP to build with and bundle: a folder with include/omp.h and "
-            "lib/libomp.dylib (default: Homebrew's /usr/local/opt/libomp). Use one built for "
+            "lib/libomp.dylib (default: the pinned llvm-openmp, fetched and checked by the build). Use one built for "
             "the line's macOS deployment target, e.g. conda-forge's llvm-openmp for osx-64",
         )
     if "source" in groups:
