@@ -49,7 +49,6 @@ def register(
     groups: tuple[OptionGroup, ...] = (),
 ) -> None:
     """Add stage subcommand ``name``; it takes the options every stage takes, and ``groups``."""
-
     def main(args: argparse.Namespace) -> int:
         options = resolve(args)
         if options.dry_run:
@@ -63,3 +62,4 @@ def register(
     parser = subparsers.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
     add_arguments(parser, groups)
     parser.set_defaults(func=main)
+

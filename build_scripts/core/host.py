@@ -62,9 +62,7 @@ def _machine() -> str:
     machine = platform.machine()
     # A Python running under Rosetta reports x86_64 on an Apple-silicon Mac.
     translated = (
-        command_output("sysctl", "-n", "sysctl.proc_translated")
-        if platform.system() == "Darwin"
-        else None
+        command_output("sysctl", "-n", "sysctl.proc_translated") if platform.system() == "Darwin" else None
     )
     if machine == "x86_64" and translated == "1":
         return "arm64"

@@ -256,3 +256,4 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.set_defaults(func=_list)
     for sub in (fetch, listing):
         sub.add_argument("--pins", type=Path, default=None, help=argparse.SUPPRESS)
+

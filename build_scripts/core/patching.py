@@ -211,9 +211,7 @@ def is_applied(tree: Path, patches: Sequence[Path]) -> bool:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def check_upstream(
-    tree: Path, patches: Iterable[Path], path_map: PathMap = _identity
-) -> UpstreamCheck:
+def check_upstream(tree: Path, patches: Iterable[Path], path_map: PathMap = _identity) -> UpstreamCheck:
     """Check the series against a real upstream tree or unpacked wheel.
 
     Hunks on files that ``tree`` has must apply; files it lacks (for example ``.mm``

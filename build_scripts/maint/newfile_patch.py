@@ -58,14 +58,8 @@ def render_new_file(tree_path: str, content: str) -> str:
     )
 
 
-def dep3_header(
-    description: str,
-    applies_to: str,
-    generated: Sequence[str],
-    *,
-    origin: str = "intelmac-torch",
-    forwarded: str = "not-needed",
-) -> str:
+def dep3_header(description: str, applies_to: str, generated: Sequence[str], *,
+                origin: str = "intelmac-torch", forwarded: str = "not-needed") -> str:
     """A DEP-3 header; continuation lines of the description are indented by one space."""
     first, *rest = description.strip().splitlines() or [""]
     text = f"Description: {first}\n"
@@ -144,9 +138,8 @@ def all_patches(root: Path = PATCHES_DIR) -> list[Path]:
 
 
 def _create(args: argparse.Namespace) -> int:
-    header = dep3_header(
-        args.description, args.applies_to, args.file, origin=args.origin, forwarded=args.forwarded
-    )
+    header = dep3_header(args.description, args.applies_to, args.file,
+                         origin=args.origin, forwarded=args.forwarded)
     args.patch.parent.mkdir(parents=True, exist_ok=True)
     args.patch.write_text(regenerate(header, args.src_root), encoding="utf-8")
     print(f"wrote {args.patch}")
@@ -171,60 +164,35 @@ def _check(args: argparse.Namespace) -> int:
     patches = args.patch or all_patches()
     stale = [(patch, path) for patch in patches for path in out_of_sync(patch, args.src_root)]
     for patch, path in stale:
-        print(
-            f"{patch}: {path} differs from {args.src_root / path}; "
-            f"run: python -m intelmac_torch_builder.maint.newfile_patch refresh {patch}"
-        )
+        print(f"{patch}: {path} differs from {args.src_root / path}; "
+              f"run: python -m intelmac_torch_builder.maint.newfile_patch refresh {patch}")
     return 1 if stale else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m intelmac_torch_builder.maint.newfile_patch",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--src-root",
-        type=Path,
-        default=SRC_ROOT,
-        help="where the source files live, by tree path (default: patches/src)",
-    )
+    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.maint.newfile_patch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--src-root", type=Path, default=SRC_ROOT,
+                        help="where the source files live, by tree path (default: patches/src)")
     sub = parser.add_subparsers(dest="command", required=True)
     create = sub.add_parser("create", help="write a new patch from source files")
     create.add_argument("patch", type=Path, help="the patch file to write")
-    create.add_argument(
-        "--file",
-        action="append",
-        required=True,
-        metavar="TREE_PATH",
-        help="path inside the PyTorch tree; the source is SRC_ROOT/TREE_PATH",
-    )
-    create.add_argument(
-        "--description", required=True, help="what the patch does: its DEP-3 Description"
-    )
+    create.add_argument("--file", action="append", required=True, metavar="TREE_PATH",
+                        help="path inside the PyTorch tree; the source is SRC_ROOT/TREE_PATH")
+    create.add_argument("--description", required=True,
+                        help="what the patch does: its DEP-3 Description")
     create.add_argument("--applies-to", required=True, help='release lines, e.g. "2.15.0, 2.14.1"')
-    create.add_argument(
-        "--origin",
-        default="intelmac-torch",
-        help="where the change comes from (default: intelmac-torch)",
-    )
-    create.add_argument(
-        "--forwarded",
-        default="not-needed",
-        help="the upstream PR it was sent as (default: not-needed)",
-    )
+    create.add_argument("--origin", default="intelmac-torch",
+                        help="where the change comes from (default: intelmac-torch)")
+    create.add_argument("--forwarded", default="not-needed",
+                        help="the upstream PR it was sent as (default: not-needed)")
     create.set_defaults(func=_create)
     refresh = sub.add_parser("refresh", help="rewrite the generated sections of patches")
     refresh.add_argument("patch", type=Path, nargs="+", help="patch files to rewrite")
     refresh.set_defaults(func=_refresh)
     check = sub.add_parser("check", help="exit 1 if a generated section is out of date")
-    check.add_argument(
-        "patch",
-        type=Path,
-        nargs="*",
-        help="patch files to check (default: every patch under patches/)",
-    )
+    check.add_argument("patch", type=Path, nargs="*",
+                       help="patch files to check (default: every patch under patches/)")
     check.set_defaults(func=_check)
     args = parser.parse_args(argv)
     try:

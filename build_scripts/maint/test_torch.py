@@ -73,7 +73,9 @@ class NoTorch(Exception):
 
 
 def _normalised_machine(machine: str) -> str:
-    return {"amd64": "x86_64", "aarch64": "aarch64", "arm64": "arm64"}.get(machine.lower(), machine)
+    return {"amd64": "x86_64", "aarch64": "aarch64", "arm64": "arm64"}.get(
+        machine.lower(), machine
+    )
 
 
 def detect(system: str | None = None, machine: str | None = None) -> Host:

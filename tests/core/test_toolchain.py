@@ -19,10 +19,7 @@ LINES = catalog.load().lines
 def test_every_line_pins_its_build_dependencies_for_every_python(line: catalog.ReleaseLine) -> None:
     assert line.toolchain is not None, f"{line.version} has no pinned toolchain in the catalog"
     chain = toolchain.load(line.toolchain.pins)
-    assert (
-        toolchain.problems(chain, line.toolchain.requires, line.python, backend=line.build_backend)
-        == []
-    )
+    assert toolchain.problems(chain, line.toolchain.requires, line.python, backend=line.build_backend) == []
     for python in line.python:
         versions = chain.versions(python)
         assert set(line.toolchain.requires) <= set(versions)
@@ -73,9 +70,7 @@ def test_a_python_without_a_recorded_wheel_is_reported(tmp_path: Path) -> None:
     path = _copy(tmp_path)
     text = path.read_text()
     # numpy 2.1.0 serves 3.13 only: drop its cp313 file lines.
-    path.write_text(
-        "\n".join(line for line in text.splitlines() if "numpy-2.1.0-cp313" not in line) + "\n"
-    )
+    path.write_text("\n".join(line for line in text.splitlines() if "numpy-2.1.0-cp313" not in line) + "\n")
     found = toolchain.problems(toolchain.load(path), REQ26, PY26)
     assert len(found) == 1
     assert "numpy==2.1.0" in found[0] and "records no macOS x86_64 wheel for cp313" in found[0]
@@ -105,14 +100,8 @@ def test_loose_pins_and_missing_hashes_are_reported(tmp_path: Path) -> None:
 def test_a_recorded_file_must_be_hashed_and_a_mac_x86_64_wheel(tmp_path: Path) -> None:
     found = _problems_after(
         tmp_path,
-        (
-            "#: cp312 six-1.17.0-py2.py3-none-any.whl",
-            "#: cp312 six-1.17.0-cp312-cp312-manylinux_2_17_x86_64.whl",
-        ),
-        (
-            "#: cp39 six-1.17.0-py2.py3-none-any.whl sha256:4",
-            "#: cp39 six-1.17.0-py2.py3-none-any.whl sha256:5",
-        ),
+        ("#: cp312 six-1.17.0-py2.py3-none-any.whl", "#: cp312 six-1.17.0-cp312-cp312-manylinux_2_17_x86_64.whl"),
+        ("#: cp39 six-1.17.0-py2.py3-none-any.whl sha256:4", "#: cp39 six-1.17.0-py2.py3-none-any.whl sha256:5"),
     )
     assert "six-1.17.0-cp312-cp312-manylinux_2_17_x86_64.whl is not a macOS x86_64 wheel" in found
     assert "its hash is not among the requirement's --hash options" in found
@@ -134,9 +123,7 @@ def test_markers_pick_one_numpy_per_python() -> None:
 def test_malformed_pin_file_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "x.txt"
     path.write_text("# header\ncmake==3.31.4 --hash=sha256:" + "a" * 64 + "\n#: cp312 oops\n")
-    with pytest.raises(
-        CatalogError, match=r"x.txt, line 3: expected '#: cpXY <wheel file> sha256:<hex>'"
-    ):
+    with pytest.raises(CatalogError, match=r"x.txt, line 3: expected '#: cpXY <wheel file> sha256:<hex>'"):
         toolchain.load(path)
     path.write_text("-e .\n")
     with pytest.raises(CatalogError, match=r"x.txt, line 1: only requirements with --hash"):

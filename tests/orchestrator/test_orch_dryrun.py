@@ -180,9 +180,7 @@ def test_intel_mac_plan_for_2_6_0(
         "#   cp312 numpy==2.0.2  numpy-2.0.2-cp312-cp312-macosx_10_9_x86_64.whl "
         "sha256:df55d490dea7934f330006d0f81e8551ba6010a5bf035a249ef61a94f21c500b"
     ) in text
-    assert (
-        "#   cp312 cmake==3.31.4  cmake-3.31.4-py3-none-macosx_10_10_universal2.whl sha256:" in text
-    )
+    assert "#   cp312 cmake==3.31.4  cmake-3.31.4-py3-none-macosx_10_10_universal2.whl sha256:" in text
     assert (
         "# preflight: the build backend (setuptools) imports, Xcode, macOS SDK, Metal compiler, libomp's minimum macOS"
         in text
@@ -304,10 +302,7 @@ def test_linux_dry_run_says_the_real_run_stops(
     assert "this host is Linux: a real run stops before this stage with exit code 3" in build
     assert "OpenMP: the pinned llvm-openmp 11.1.0 (macOS 10.9+, sha256 1ebfeee2" in build
     # Sized where the plan runs, not on this 2-core Linux machine; the plan says so.
-    assert (
-        f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory"
-        in build
-    )
+    assert f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory" in build
     assert "(here: 2 on Linux x86_64, 2 cores, 8 GiB)" in build
 
 
@@ -433,9 +428,7 @@ def test_the_plan_runs_when_pasted(
     # A pretend Mac's tools: sysctl says 12 cores and 16 GiB; delocate-wheel and the build
     # venv's python print what they were given.
     tools = tmp_path / "tools"
-    _script(
-        tools / "sysctl", 'case "$2" in hw.ncpu) echo 12;; hw.memsize) echo 17179869184;; esac\n'
-    )
+    _script(tools / "sysctl", 'case "$2" in hw.ncpu) echo 12;; hw.memsize) echo 17179869184;; esac\n')
     _script(tools / "delocate-wheel", 'for a in "$@"; do echo "$a"; done\n')
     root = work / "2.6.0"
     venv_bin = root / "venvs" / "cp312" / "bin"
@@ -443,9 +436,7 @@ def test_the_plan_runs_when_pasted(
     _script(venv_bin / "cmake", "exit 0\n")
     _script(tools / "cmake", "exit 0\n")  # another cmake on PATH: the venv's must win
     (root / "patched").mkdir(parents=True)
-    wheel = (
-        root / "dist" / "cp312" / "raw" / "torch-2.6.0+intelmac-cp312-cp312-macosx_13_0_x86_64.whl"
-    )
+    wheel = root / "dist" / "cp312" / "raw" / "torch-2.6.0+intelmac-cp312-cp312-macosx_13_0_x86_64.whl"
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"")
     env = {"PATH": f"{tools}:/usr/bin:/bin"}
@@ -478,9 +469,7 @@ def test_build_information_records_the_pinned_toolchain(fake_mac: Path) -> None:
     assert record["pins"] == "toolchain/2.6.0.txt"
     assert record["pins_sha256"] == hashlib.sha256(pins("2.6.0").read_bytes()).hexdigest()
     assert record["versions"]["cmake"] == "3.31.4" and record["versions"]["numpy"] == "2.0.2"
-    info = repair.build_info(
-        options, {"builder": "pytorch-macos", "build_requirements": record}, "n"
-    )
+    info = repair.build_info(options, {"builder": "pytorch-macos", "build_requirements": record}, "n")
     assert info["build_requirements"] == record
 
 
