@@ -17,12 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from orch_server import FileServer
 from intelmac_torch_builder import cli
 from intelmac_torch_builder.core import catalog, host
 from intelmac_torch_builder.core.errors import BuildError
 from intelmac_torch_builder.core.host import GIB, MAX_JOBS_SHELL, Host
 from intelmac_torch_builder.platforms.macos import PythonPaths, rewrite_cmake_cache
+from orch_fixture import other_python
+from orch_server import FileServer
 
 INTEL = Host(
     "Darwin",
@@ -362,24 +363,11 @@ def test_max_jobs_is_bounded_by_memory_and_cores() -> None:
     assert host.max_jobs(Host("Darwin", "x86_64", "14", 4, 1 * GIB, None, None, None)) == 1
 
 
-def _other_python() -> str | None:
-    """Another CPython on PATH (a neighbouring minor version), or None."""
-    minor = sys.version_info[1]
-    for candidate in (minor + 1, minor - 1, minor + 2):
-        found = shutil.which(f"python3.{candidate}")
-        if (
-            found
-            and subprocess.run([found, "-c", ""], capture_output=True, check=False).returncode == 0
-        ):
-            return found
-    return None
-
-
 def test_cmake_cache_rewrite_between_two_real_interpreters(tmp_path: Path) -> None:
     """Probe two real venvs, write a cache with the first one's paths, retarget it."""
-    other = _other_python()
+    other = other_python()
     if other is None:
-        pytest.skip("needs a second CPython version on PATH")
+        pytest.skip("needs a second CPython version (on PATH or under ~/.pyenv/versions)")
     first, second = tmp_path / "venvs" / "a", tmp_path / "venvs" / "b"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(first)], check=True)
     subprocess.run([other, "-m", "venv", "--without-pip", str(second)], check=True)

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 from intelmac_torch_builder.core import backend
-from orch_fixture import make_tarball, sha256, write_catalog, write_series, write_tree
+from orch_fixture import (
+    make_tarball,
+    other_python,
+    sha256,
+    write_catalog,
+    write_series,
+    write_tree,
+)
 from orch_project import VERSION, Project
 from orch_server import FileServer
 from orch_skbuild import upstream_files
@@ -84,7 +91,7 @@ def _core_object(tree: Path) -> Path:
 
 def _configure_id(tree: Path) -> str:
     text = (tree / "build" / "CMakeCache.txt").read_text()
-    match = re.search(r"^FIXTURE_CONFIGURE_ID:STRING=(\w+)$", text, re.M)
+    match = re.search(r"^FIXTURE_CONFIGURE_ID:STRING=(\w+)$", text, re.MULTILINE)
     assert match, "the fixture's first configure did not record itself"
     return match[1]
 
@@ -154,19 +161,6 @@ def test_backend_that_does_not_import_is_named_with_its_fix(tmp_path: Path) -> N
     ), found
 
 
-def _other_python() -> str | None:
-    """A CPython of another minor version: on PATH, or one pyenv installed."""
-    minor = sys.version_info[1]
-    candidates = [shutil.which(f"python3.{m}") for m in (minor + 1, minor - 1, minor + 2)]
-    pyenv = Path.home() / ".pyenv" / "versions"
-    for m in (minor + 1, minor - 1, minor + 2):
-        candidates += sorted(str(p) for p in pyenv.glob(f"3.{m}.*/bin/python3.{m}"))
-    for found in filter(None, candidates):
-        if subprocess.run([found, "-c", ""], capture_output=True, check=False).returncode == 0:
-            return found
-    return None
-
-
 def _venv_with_backend(python: str, venv: Path) -> Path:
     """A venv of ``python`` that imports scikit-build-core from its own site-packages.
 
@@ -191,7 +185,7 @@ def _venv_with_backend(python: str, venv: Path) -> Path:
 
 
 def test_two_pythons_reuse_one_skbuild_tree(skbuild_project: Project, tmp_path: Path) -> None:
-    other = _other_python()
+    other = other_python()
     if other is None:
         pytest.skip("needs a second CPython version (on PATH or under ~/.pyenv/versions)")
     if tuple(int(x) for x in _version(other).split(".")[:2]) < (3, 11):
