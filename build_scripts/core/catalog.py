@@ -70,6 +70,7 @@ class ReleaseLine:
     build_env: Mapping[str, str]
     toolchain: ToolchainSpec | None  # None: no pinned toolchain (only fixtures lack one)
     macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
+    build_backend: str = "setuptools"  # the PEP 517 backend of the release (core/backend.py)
     name: str = "torch"  # the distribution this line builds
     # A torch line: the companion built after it. A companion: the torch version it pairs
     # with, and why (pairs_with is None for a torch line).
@@ -281,6 +282,7 @@ def parse(path: Path, document: Any) -> Catalog:
             toolchain=spec,
             # MPS needs at least the SDK of the macOS it runs on.
             macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
+            build_backend=raw.get("build_backend", "setuptools"),
         )
         if "companion" in raw:
             line = replace(line, companion=_companion(path, where, line, raw["companion"]))

@@ -26,6 +26,7 @@ from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget
 from ..core.records import REPAIRED, built_record
+from ..platforms import macos
 
 
 def repaired_dir(options: Options, python: PythonTarget) -> Path:
@@ -114,6 +115,34 @@ def build_info(options: Options, record: dict[str, Any], repair_note: str) -> di
     }
 
 
+#: Where upstream's macOS wheels (2.6.0 to 2.15.0) carry OpenMP's header, for C++ extensions.
+OMP_HEADER = "torch/include/omp.h"
+
+
+def omp_header(options: Options, record: dict[str, Any]) -> dict[str, bytes]:
+    """``torch/include/omp.h`` from the build's OpenMP, for a torch wheel built on a Mac.
+
+    2.6.0's setup.py copies it only after finding ``@rpath/libiomp5.dylib`` on Intel, which
+    an llvm-openmp build never links, so its wheel would lack the header every official
+    wheel has. The repair adds it where the wheel has none.
+    """
+    if record["builder"] != "pytorch-macos" or not omp_header_planned(options):
+        return {}
+    prefix = record.get("libomp_prefix")
+    header = (Path(prefix) if prefix else macos.libomp_prefix(options)) / "include" / "omp.h"
+    if not header.is_file():
+        raise BuildError(
+            f"{header} is missing: the wheel needs OpenMP's header ({OMP_HEADER}). Fetch the "
+            "pinned llvm-openmp again (python -m intelmac_torch_builder native fetch "
+            "llvm-openmp) or pass the --libomp the wheel was built with."
+        )
+    return {OMP_HEADER: header.read_bytes()}
+
+
+def omp_header_planned(options: Options) -> bool:
+    return options.builder == "pytorch-macos" and options.companion_of is None
+
+
 def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> Path:
     record = built_record(options, python)
     raw = Path(record["wheel"])
@@ -153,7 +182,11 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
             log.info(f"{python.tag}: delocate {note}")
         destination = out_dir / wheel.name
         info = build_info(options, record, note)
-        buildinfo.embed(wheel, destination, info)
+        added = buildinfo.embed(wheel, destination, info, omp_header(options, record))
+        for name in added:
+            log.info(
+                f"{python.tag}: added {name} (upstream's wheels carry it; setup.py's copy of it never runs on x86_64)"
+            )
     _fsutil.write_json_atomic(
         options.layout.dist(python) / REPAIRED, {"wheel": str(destination), "build_info": info}
     )
@@ -187,7 +220,15 @@ def plan(options: Options) -> Section:
         else:
             steps.append(Step(f"{python.tag}: delocate skipped (generic setuptools wheel)"))
         steps.append(
-            Step(f"add {buildinfo.FILENAME} to the wheel's .dist-info and RECORD -> {out}")
+            Step(
+                f"add {buildinfo.FILENAME} to the wheel's .dist-info and RECORD"
+                + (
+                    f", and {OMP_HEADER} when the wheel lacks it"
+                    if omp_header_planned(options)
+                    else ""
+                )
+                + f" -> {out}"
+            )
         )
     env = delocate_env(options) if options.builder == "pytorch-macos" else {}
     return Section("repair", (), env, tuple(steps))
