@@ -88,7 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vision-device",
                         help="with --companion-version: also run torchvision's ops on this "
                         "device against the CPU (mps)")
-    parser.add_argument("--only", choices=("api", "smoke"), action="append",
+    parser.add_argument("--expect-features",
+                        help="what the build turned on (the matrix's expect_features, from the "
+                        "catalog): blas=mkl,distributed=on,fbgemm=off,mkldnn=on; adds the "
+                        "features checks and NumPy to the venv (the LAPACK check compares "
+                        "against it)")
+    parser.add_argument("--only", choices=("api", "smoke", "features"), action="append",
                         help="run only these check groups (default: all)")
     parser.add_argument("--pip-arg", action="append", default=[],
                         help="extra argument for pip install (repeatable), e.g. --no-index")
@@ -119,10 +124,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     venv = args.keep_venv or scratch / "venv"  # type: ignore[operator]
     started = time.monotonic()
     try:
-        python = install([wheel, *([companion] if companion else [])], venv, args.pip_arg)
+        extra = ["numpy"] if args.expect_features else []
+        python = install([wheel, *([companion] if companion else [])], venv,
+                         [*args.pip_arg, *extra])
         command = [str(python), str(CHECKS)]
         if args.expect_version:
             command += ["--expect-version", args.expect_version]
+        if args.expect_features:
+            command += ["--expect-features", args.expect_features]
         if args.expect_no_gpu:
             command.append("--expect-no-gpu")
         for group in args.only or ():

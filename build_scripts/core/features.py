@@ -1,0 +1,70 @@
+"""What a torch wheel of a release line must carry, read from the catalog's ``build_env``.
+
+The catalog is the one source of truth: ``USE_MKLDNN``, ``USE_DISTRIBUTED``, ``USE_FBGEMM``
+and ``BLAS`` there decide what the build turns on, and the same values decide what the wheel
+checks (``ci/wheel_checks.py --expect-features``) require, and what they list as turned off
+on purpose. The spec travels to the Mac as one string, ``blas=mkl,distributed=on,...``,
+through the release matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .errors import CatalogError
+
+#: PyTorch's ``BLAS`` CMake choices this project may pick on macOS x86_64, and the
+#: ``BLAS_INFO`` each sets (cmake/Dependencies.cmake). ``LAPACK_INFO`` follows BLAS_INFO
+#: (cmake/Modules/FindLAPACK.cmake) for all three.
+BLAS_INFO = {"MKL": "mkl", "OpenBLAS": "open", "vecLib": "veclib"}
+
+#: Off unless the catalog sets them to 1 (PyTorch's own defaults differ per option, so the
+#: catalog spells every one out and this module refuses a line that leaves one unset).
+SWITCHES = {"mkldnn": "USE_MKLDNN", "distributed": "USE_DISTRIBUTED", "fbgemm": "USE_FBGEMM"}
+
+
+@dataclass(frozen=True)
+class Features:
+    blas: str  # the BLAS_INFO value: "mkl", "open", "veclib"
+    mkldnn: bool
+    distributed: bool
+    fbgemm: bool
+    #: Why each feature that is off is off: the catalog's setting, as the checks print it.
+    off: Mapping[str, str]
+
+    def spec(self) -> str:
+        """The form ``ci/wheel_checks.py --expect-features`` reads."""
+        flags = {name: getattr(self, name) for name in SWITCHES}
+        parts = [f"blas={self.blas}"] + [
+            f"{name}={'on' if value else 'off'}" for name, value in sorted(flags.items())
+        ]
+        return ",".join(parts)
+
+
+def _flag(env: Mapping[str, str], variable: str, where: str) -> bool:
+    value = env.get(variable)
+    if value not in ("0", "1"):
+        raise CatalogError(
+            f"{where}: build_env.{variable} is {value!r}; set it to \"1\" or \"0\" in "
+            "patches/catalog.yaml (the wheel checks read the same value, so it must be explicit)."
+        )
+    return value == "1"
+
+
+def of(build_env: Mapping[str, str], where: str) -> Features:
+    """The features a torch line's ``build_env`` asks for; ``where`` names it in errors."""
+    blas = build_env.get("BLAS")
+    if blas not in BLAS_INFO:
+        raise CatalogError(
+            f"{where}: build_env.BLAS is {blas!r}; choose one of {', '.join(BLAS_INFO)} in "
+            "patches/catalog.yaml. Left unset, PyTorch looks for MKL and silently falls back "
+            "to whatever BLAS CMake finds (see docs/wheel-contents.md)."
+        )
+    flags = {name: _flag(build_env, variable, where) for name, variable in SWITCHES.items()}
+    off = {
+        name: f"turned off on purpose: {SWITCHES[name]}=0 in the catalog"
+        for name, value in flags.items()
+        if not value
+    }
+    return Features(blas=BLAS_INFO[blas], off=off, **flags)
