@@ -9,8 +9,10 @@ through the release matrix.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import CatalogError
 
@@ -68,3 +70,64 @@ def of(build_env: Mapping[str, str], where: str) -> Features:
         if not value
     }
     return Features(blas=BLAS_INFO[blas], off=off, **flags)
+
+
+_PAIR = re.compile(r'\{"([A-Z_]+)",\s*"([^"]*)"\}')
+_DEFINE = re.compile(r"^#define (AT_[A-Z_]+)\(\) (\d)", re.MULTILINE)
+
+
+#: Where CMake's configure step writes the headers that record its decisions, relative to
+#: the source tree: macros.h into the build folder, ATen's Config.h beside its template in
+#: the sources (aten/src/ATen/CMakeLists.txt), the build folder as a fallback.
+GENERATED = {
+    "macros": ("build/caffe2/core/macros.h",),
+    "config": ("aten/src/ATen/Config.h", "build/aten/src/ATen/Config.h"),
+}
+
+
+def configured(tree: Path) -> dict[str, str]:
+    """What CMake's configure step decided, from the headers it generated in ``tree``.
+
+    ``caffe2/core/macros.h`` holds the strings ``torch.__config__.show()`` prints (BLAS_INFO,
+    LAPACK_INFO, USE_MKLDNN, ...); ``ATen/Config.h`` the AT_* switches (AT_MKL_ENABLED,
+    AT_MKL_SEQUENTIAL, AT_MKLDNN_ENABLED).
+    """
+    found: dict[str, str] = {}
+    for kind, pattern in (("macros", _PAIR), ("config", _DEFINE)):
+        for relative in GENERATED[kind]:
+            path = tree / relative
+            if path.is_file():
+                found.update(pattern.findall(path.read_text(encoding="utf-8", errors="replace")))
+                break
+    return found
+
+
+def configured_problems(tree: Path, wanted: Features) -> list[str]:
+    """How CMake's configure result in ``tree`` differs from what the catalog asked for."""
+    found = configured(tree)
+    if "BLAS_INFO" not in found:
+        return [
+            f"no {GENERATED['macros'][0]} with BLAS_INFO in {tree}: CMake's configure step "
+            "did not finish (see the build log)"
+        ]
+    problems = []
+    for key in ("BLAS_INFO", "LAPACK_INFO"):
+        if found.get(key) != wanted.blas:
+            problems.append(
+                f"{key}={found.get(key)!r}, but the catalog chose {wanted.blas!r} (build_env.BLAS)"
+            )
+    if wanted.blas == "mkl":
+        if found.get("AT_MKL_ENABLED") != "1":
+            problems.append("AT_MKL_ENABLED is not 1: CMake did not find MKL")
+        elif found.get("AT_MKL_SEQUENTIAL") != "0":
+            problems.append(
+                "AT_MKL_SEQUENTIAL is 1: MKL was found but not its OpenMP threading layer, so "
+                "every BLAS call would run on one core (MKL_THREADING=OMP needs libiomp5, which "
+                "llvm-openmp's prefix provides as lib/libiomp5.dylib)"
+            )
+    if "AT_MKLDNN_ENABLED" in found and (found["AT_MKLDNN_ENABLED"] == "1") != wanted.mkldnn:
+        problems.append(
+            f"AT_MKLDNN_ENABLED is {found['AT_MKLDNN_ENABLED']}, but the catalog says "
+            f"USE_MKLDNN={int(wanted.mkldnn)}"
+        )
+    return problems

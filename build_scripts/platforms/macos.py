@@ -23,6 +23,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from ..core import features
 from ..core import host as host_mod
 from ..core import preflight as preflight_mod
 from ..core import toolchain
@@ -38,6 +39,50 @@ PIP_WHEEL_FROM = Version("2.9")
 
 def is_cross_build(host: Host) -> bool:
     return host.machine != "x86_64"
+
+
+def blas_prefix(options: Options) -> Path | None:
+    """Where the line's pinned BLAS files (MKL) are installed; None for the OS's own BLAS."""
+    chain = options.line.toolchain
+    if chain is None or chain.blas is None:
+        return None
+    return options.layout.root / "blas" / chain.blas.stem
+
+
+def blas_command(options: Options, python: PythonTarget, prefix: Path) -> tuple[str, ...]:
+    blas = options.line.toolchain.blas if options.line.toolchain else None
+    assert blas is not None
+    return (
+        str(venv_python(options, python)), "-m", "pip", "install", *toolchain.INSTALL_OPTIONS,
+        "--ignore-installed", "--prefix", str(prefix), "-r", str(blas),
+    )  # fmt: skip
+
+
+def check_configured(options: Options) -> None:
+    """Stop when CMake did not configure what the catalog chose (BLAS, MKL threading, oneDNN).
+
+    With BLAS set by hand PyTorch's CMake already refuses a missing MKL; this also catches a
+    sequential MKL or another BLAS winning, before any wheel of the line is repaired.
+    """
+    tree = options.layout.patched_tree
+    wanted = features.of(options.line.build_env, options.line.title)
+    problems = features.configured_problems(tree, wanted)
+    if problems:
+        prefix = blas_prefix(options)
+        hint = (
+            f"The pinned MKL should be under {prefix} (lib/libmkl_core.a, include/mkl.h; "
+            f"installed from {options.line.toolchain.blas if options.line.toolchain else ''}) "
+            "and libiomp5 in the llvm-openmp prefix; "
+            if prefix is not None
+            else ""
+        )
+        raise BuildError(
+            f"{options.line.title}: CMake did not configure what the catalog chose:\n  "
+            + "\n  ".join(problems)
+            + f"\n{hint}search the build log for 'BLAS' and 'MKL' to see what CMake found, fix "
+            "it, then rebuild (the build folder keeps the wrong choice: remove "
+            f"{tree / 'build'})."
+        )
 
 
 def build_env(options: Options, host: Host) -> dict[str, str]:
@@ -58,14 +103,24 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
         env["CMAKE_C_COMPILER_LAUNCHER"] = launcher
         env["CMAKE_CXX_COMPILER_LAUNCHER"] = launcher
     libomp = options.libomp_prefix(host.libomp_prefix)
+    prefixes = []
     if libomp is not None:
         prefix = str(libomp)
         # CMake's FindOpenMP looks under OpenMP_ROOT; Apple clang has no OpenMP headers of
         # its own, so omp.h must also be on the compiler's include path for the sources
         # that include it outside CMake's OpenMP flags.
         env["OpenMP_ROOT"] = prefix
-        env["CMAKE_PREFIX_PATH"] = prefix
+        prefixes.append(prefix)
         env["CPATH"] = f"{prefix}/include"
+    mkl = blas_prefix(options)
+    if mkl is not None:
+        # FindMKL searches INTEL_MKL_DIR's include/ and lib/ (setup.py passes it to CMake);
+        # its OpenMP threading layer finds libiomp5 (llvm-openmp's compatibility name for
+        # libomp) through CMAKE_PREFIX_PATH, one runtime for MKL and PyTorch.
+        env["INTEL_MKL_DIR"] = str(mkl)
+        prefixes.append(str(mkl))
+    if prefixes:
+        env["CMAKE_PREFIX_PATH"] = ";".join(prefixes)  # setup.py hands CMake a ;-list
     # x86_64 is the one target, pinned for CMake (libtorch), for setuptools' own compile of
     # the extension stubs (ARCHFLAGS replaces sysconfig's -arch flags) and for the wheel's
     # platform tag. Needed for a cross build from arm64, and just as much natively with a
@@ -282,6 +337,16 @@ def python_steps(options: Options, index: int) -> list[Step]:
             action=lambda: preflight(options, host_mod.probe(), python),
         ),
     ]
+    mkl = blas_prefix(options)
+    if index == 0 and mkl is not None:
+        steps.append(
+            Step(
+                f"the line's pinned BLAS ({options.line.build_env.get('BLAS')}, every file "
+                f"checked against its sha256) into {mkl}, once for all its Pythons",
+                blas_command(options, python, mkl),
+                log_name=log_name,
+            )
+        )
     if index > 0:
         previous = options.pythons[index - 1]
         steps.append(
@@ -306,6 +371,14 @@ def python_steps(options: Options, index: int) -> list[Step]:
             path_prepend=venv / "bin",
         )
     )
+    if index == 0:
+        steps.append(
+            Step(
+                "check CMake's configure result against the catalog (BLAS_INFO, LAPACK_INFO, "
+                "MKL's threading, oneDNN) before any wheel of the line is repaired",
+                action=lambda: check_configured(options),
+            )
+        )
     return steps
 
 
