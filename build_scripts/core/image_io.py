@@ -36,7 +36,8 @@ CODECS = (
     Codec("libjpeg-turbo", ("jpeglib.h",), "libjpeg."),
     Codec("libpng", ("libpng16/png.h",), "libpng16."),
     Codec("libwebp-base", ("webp/decode.h", "webp/encode.h"), "libwebp."),
-    Codec("libzlib", ("zlib.h",), "libz."),
+    # libzlib holds only the dylib (png.h does not include zlib.h since libpng 1.5).
+    Codec("libzlib", (), "libz."),
 )
 #: The libraries torchvision's image extension must link, by their names' prefixes.
 LINKED = ("libjpeg.", "libpng16.", "libwebp.")
