@@ -140,3 +140,56 @@ def test_repair_stops_before_delocate_naming_the_member(tmp_path: Path) -> None:
     assert "torch/_C.cpython-312-darwin.so [x86_64]: LC_RPATH @loader_path appears 2 times" in message
     assert "strong reference to _OBJC_CLASS_$_MTLResidencySetDescriptor (macOS 14.0" in message
     assert "libtorch_cpu" not in message and "stays out of the index" in message
+
+
+def _wheel(path: Path, members: dict[str, Path]) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, source in members.items():
+            archive.write(source, name)
+    return path
+
+
+CODECS = ("@loader_path/.dylibs/libjpeg.8.dylib", "@loader_path/.dylibs/libpng16.16.dylib",
+          "@loader_path/.dylibs/libwebp.7.dylib")  # fmt: skip
+
+
+@pytest.mark.parametrize(("links", "bundled", "ok", "message"), [
+    (CODECS, ("libjpeg.8.dylib", "libpng16.16.dylib", "libwebp.7.dylib"), True,
+     "links and carries libjpeg., libpng16., libwebp."),
+    # setup.py did not find libwebp: the extension builds without it.
+    (CODECS[:2], ("libjpeg.8.dylib", "libpng16.16.dylib"), False,
+     "does not link libwebp.*: setup.py did not find it"),
+    (CODECS, ("libjpeg.8.dylib", "libpng16.16.dylib"), False,
+     "libwebp.7.dylib is linked but not bundled"),
+])
+def test_verify_requires_torchvision_to_link_and_carry_its_codecs(
+        tmp_path: Path, links: tuple[str, ...], bundled: tuple[str, ...], ok: bool,
+        message: str) -> None:
+    import zipfile
+
+    from intelmac_torch_builder.core import image_io
+    from intelmac_torch_builder.stages import verify
+
+    members = {"torchvision/image.so": dylib(tmp_path / "image.so", loads=[SYSTEM, *links])}
+    for name in bundled:
+        members[f"torchvision/.dylibs/{name}"] = dylib(tmp_path / name, install_id=f"@rpath/{name}")
+    wheel = _wheel(tmp_path / "torchvision.whl", members)
+    with zipfile.ZipFile(wheel) as archive:
+        (finding,) = verify.check_image_codecs(archive, image_io.LINKED)
+    assert finding.ok is ok and message in finding.detail
+
+
+def test_verify_refuses_a_bundled_dylib_above_the_target(tmp_path: Path) -> None:
+    import zipfile
+
+    from intelmac_torch_builder.stages import verify
+
+    newer = dylib(tmp_path / "libomp.dylib", minos="14.0", install_id="@rpath/libomp.dylib")
+    wheel = _wheel(tmp_path / "torch.whl", {"torch/.dylibs/libomp.dylib": newer})
+    with zipfile.ZipFile(wheel) as archive:
+        (bad,) = verify.check_binaries(archive, "x86_64", "13.0")
+        (fine,) = verify.check_binaries(archive, "x86_64", "14.0")
+    assert not bad.ok and "torch/.dylibs/libomp.dylib: [x86_64] needs macOS 14.0" in bad.detail
+    assert fine.ok
