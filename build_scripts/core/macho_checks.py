@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from collections.abc import Iterable, Mapping
@@ -83,15 +84,21 @@ def availability_from_header(text: str) -> dict[str, str]:
     return found
 
 
-def sdk_availability(sdk: Path, folders: Iterable[str] = SDK_HEADER_DIRS) -> dict[str, str]:
-    """What the SDK's headers say about when each symbol appeared (the newest claim wins)."""
+@functools.lru_cache(maxsize=4)
+def sdk_availability(sdk: Path, folders: tuple[str, ...] = SDK_HEADER_DIRS) -> dict[str, str]:
+    """What the SDK's headers say about when each symbol appeared.
+
+    Where headers disagree the oldest claim wins: a symbol is never annotated older than
+    it is, so this errs towards letting a binary through, never towards a false stop.
+    Cached: every Python's wheel of a line is checked against the same SDK.
+    """
     table: dict[str, str] = {}
     for folder in folders:
         for header in sorted((sdk / folder).rglob("*.h")):
             for name, version in availability_from_header(
                 header.read_text(encoding="utf-8", errors="replace")
             ).items():
-                if name not in table or Version(version) > Version(table[name]):
+                if name not in table or Version(version) < Version(table[name]):
                     table[name] = version
     return table
 

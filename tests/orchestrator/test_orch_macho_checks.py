@@ -50,6 +50,9 @@ def test_availability_is_read_from_header_annotations(tmp_path: Path) -> None:
     headers = sdk / "System/Library/Frameworks/Metal.framework/Headers"
     headers.mkdir(parents=True)
     (headers / "MTLDevice.h").write_text(HEADER)
+    # Headers that disagree: the oldest claim wins, so a wrong claim never stops a build.
+    (headers / "MTLLog.h").write_text(
+        "MTL_EXTERN NSString * const MTLLogStateErrorDomain API_AVAILABLE(macos(16.0));\n")
     assert macho_checks.sdk_availability(sdk)["_MTLLogStateErrorDomain"] == "15.0"
 
 
