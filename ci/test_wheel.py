@@ -6,7 +6,8 @@
 
 With ``--companion-version``, the line's torchvision wheel is installed beside torch in the
 same ``pip install`` and ``ci/vision_checks.py`` runs too (``--vision-device mps`` adds the
-ops on the GPU against the CPU).
+ops on the GPU against the CPU). With ``--expect-features`` (the matrix's ``expect_features``,
+from the catalog) NumPy joins the venv and wheel_checks' ``features`` group runs.
 
 Picks the wheel in ``--wheel-dir`` made for the running interpreter (``cpXY``), creates a
 venv with that interpreter, ``pip install``s the wheel (its dependencies come from the
