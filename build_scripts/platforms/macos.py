@@ -103,24 +103,22 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
         env["CMAKE_C_COMPILER_LAUNCHER"] = launcher
         env["CMAKE_CXX_COMPILER_LAUNCHER"] = launcher
     libomp = options.libomp_prefix(host.libomp_prefix)
-    prefixes = []
     if libomp is not None:
         prefix = str(libomp)
         # CMake's FindOpenMP looks under OpenMP_ROOT; Apple clang has no OpenMP headers of
         # its own, so omp.h must also be on the compiler's include path for the sources
         # that include it outside CMake's OpenMP flags.
         env["OpenMP_ROOT"] = prefix
-        prefixes.append(prefix)
+        env["CMAKE_PREFIX_PATH"] = prefix
         env["CPATH"] = f"{prefix}/include"
     mkl = blas_prefix(options)
     if mkl is not None:
-        # FindMKL searches INTEL_MKL_DIR's include/ and lib/ (setup.py passes it to CMake);
-        # its OpenMP threading layer finds libiomp5 (llvm-openmp's compatibility name for
-        # libomp) through CMAKE_PREFIX_PATH, one runtime for MKL and PyTorch.
+        # FindMKL searches INTEL_MKL_DIR's include/ and lib/ (PyTorch passes the variable
+        # to CMake); its OpenMP threading layer finds libiomp5, llvm-openmp's alias of
+        # libomp, through CMAKE_PREFIX_PATH above: one OpenMP runtime for MKL and PyTorch.
+        # (The MKL prefix stays off CMAKE_PREFIX_PATH, whose list separator differs between
+        # setup.py's -D and CMake's own reading of the environment.)
         env["INTEL_MKL_DIR"] = str(mkl)
-        prefixes.append(str(mkl))
-    if prefixes:
-        env["CMAKE_PREFIX_PATH"] = ";".join(prefixes)  # setup.py hands CMake a ;-list
     # x86_64 is the one target, pinned for CMake (libtorch), for setuptools' own compile of
     # the extension stubs (ARCHFLAGS replaces sysconfig's -arch flags) and for the wheel's
     # platform tag. Needed for a cross build from arm64, and just as much natively with a

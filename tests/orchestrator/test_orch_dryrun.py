@@ -107,8 +107,8 @@ def base_env(version: str, deployment_target: str, jobs: int, work: Path) -> dic
         "CMAKE_C_COMPILER_LAUNCHER": "/usr/local/bin/ccache",
         "CMAKE_CXX_COMPILER_LAUNCHER": "/usr/local/bin/ccache",
         "OpenMP_ROOT": "/usr/local/opt/libomp",
-        # libomp's prefix (libiomp5 for MKL's threading layer) and the pinned MKL.
-        "CMAKE_PREFIX_PATH": f"/usr/local/opt/libomp;{mkl(work, version)}",
+        # libomp's prefix (also libiomp5, for MKL's threading layer); MKL has its own.
+        "CMAKE_PREFIX_PATH": "/usr/local/opt/libomp",
         "INTEL_MKL_DIR": str(mkl(work, version)),
         "CPATH": "/usr/local/opt/libomp/include",
         "CMAKE_OSX_ARCHITECTURES": "x86_64",
@@ -249,8 +249,8 @@ def test_libomp_can_be_given(
         "/opt/llvm-openmp",
     )
     env = exports(section(out, "build"))
-    assert env["OpenMP_ROOT"] == "/opt/llvm-openmp"
-    assert env["CMAKE_PREFIX_PATH"] == f"/opt/llvm-openmp;{mkl(tmp_path / 'work', '2.6.0')}"
+    assert env["OpenMP_ROOT"] == env["CMAKE_PREFIX_PATH"] == "/opt/llvm-openmp"
+    assert env["INTEL_MKL_DIR"] == str(mkl(tmp_path / "work", "2.6.0"))
     assert env["CPATH"] == "/opt/llvm-openmp/include"
 
 
