@@ -202,3 +202,21 @@ def test_build_settings_are_read_from_the_config_string() -> None:
     assert settings == {"BLAS_INFO": "mkl", "BUILD_TYPE": "Release",
                         "CXX_FLAGS": "-DUSE_PTHREADPOOL -O2", "LAPACK_INFO": "mkl",
                         "USE_MKLDNN": "ON", "USE_OPENMP": "ON"}
+
+
+def test_a_feature_turned_off_on_purpose_is_listed_and_checked_absent(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # A torch built like our wheels with USE_FBGEMM=0: the test torch with its x86/fbgemm
+    # engines hidden (the engine list is what a build without FBGEMM reports).
+    torch = pytest.importorskip("torch")
+    quantized = torch.backends.quantized
+    monkeypatch.setattr(type(quantized), "supported_engines",
+                        property(lambda self: ["qnnpack", "none", "onednn"]))
+    spec = wheel_checks_module.parse_features("blas=mkl,distributed=on,fbgemm=off,mkldnn=on")
+    checks = wheel_checks_module.Checks(None, False, features=spec)
+    checks.run("quantized-engines", checks.quantized_engines)
+    out = capsys.readouterr().out
+    assert checks.failures == 0, out
+    assert "PASS quantized-engines" in out
+    assert ("OFF fbgemm: turned off on purpose (USE_FBGEMM=0 in the catalog's build_env); the "
+            "x86 and fbgemm quantized engines are absent, onednn, qnnpack remain") in out
