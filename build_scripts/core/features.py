@@ -78,10 +78,15 @@ _DEFINE = re.compile(r"^#define (AT_[A-Z_]+)\(\) (\d)", re.MULTILINE)
 
 #: Where CMake's configure step writes the headers that record its decisions, relative to
 #: the source tree: macros.h into the build folder, ATen's Config.h beside its template in
-#: the sources (aten/src/ATen/CMakeLists.txt), the build folder as a fallback.
+#: the sources (aten/src/ATen/CMakeLists.txt, 2.6.0); both are installed into torch/include,
+#: which is where the wheel's copies come from, so that is the fallback on every line.
 GENERATED = {
-    "macros": ("build/caffe2/core/macros.h",),
-    "config": ("aten/src/ATen/Config.h", "build/aten/src/ATen/Config.h"),
+    "macros": ("build/caffe2/core/macros.h", "torch/include/caffe2/core/macros.h"),
+    "config": (
+        "aten/src/ATen/Config.h",
+        "build/aten/src/ATen/Config.h",
+        "torch/include/ATen/Config.h",
+    ),
 }
 
 
@@ -116,7 +121,12 @@ def configured_problems(tree: Path, wanted: Features) -> list[str]:
             problems.append(
                 f"{key}={found.get(key)!r}, but the catalog chose {wanted.blas!r} (build_env.BLAS)"
             )
-    if wanted.blas == "mkl":
+    if "AT_MKL_ENABLED" not in found:
+        problems.append(
+            f"no ATen Config.h in {tree} (looked at {', '.join(GENERATED['config'])}): cannot "
+            "tell whether MKL was found"
+        )
+    elif wanted.blas == "mkl":
         if found.get("AT_MKL_ENABLED") != "1":
             problems.append("AT_MKL_ENABLED is not 1: CMake did not find MKL")
         elif found.get("AT_MKL_SEQUENTIAL") != "0":

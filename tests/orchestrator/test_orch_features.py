@@ -94,3 +94,19 @@ def test_the_build_step_stops_with_the_fix(tmp_path: Path) -> None:
     assert "PyTorch 2.9.1: CMake did not configure what the catalog chose" in message
     assert f"{bad}/2.9.1/blas/mkl (lib/libmkl_core.a" in message
     assert f"remove {bad}/2.9.1/patched/build" in message
+
+
+def test_the_installed_headers_are_read_where_the_build_folder_has_none(tmp_path: Path) -> None:
+    built = configured_tree(tmp_path / "built", blas="accelerate", mkl=0)
+    installed = tmp_path / "installed" / "torch" / "include"
+    (installed / "caffe2" / "core").mkdir(parents=True)
+    (built / "build" / "caffe2" / "core" / "macros.h").rename(installed / "caffe2/core/macros.h")
+    (built / "aten" / "src" / "ATen" / "Config.h").rename(installed / "Config.h")
+    (installed / "ATen").mkdir()
+    (installed / "Config.h").rename(installed / "ATen" / "Config.h")
+    found = features.configured(tmp_path / "installed")
+    assert found["BLAS_INFO"] == "accelerate" and found["AT_MKL_ENABLED"] == "0"
+    # No Config.h anywhere: say so, never guess that MKL is missing.
+    (installed / "ATen" / "Config.h").unlink()
+    text = "\n".join(features.configured_problems(tmp_path / "installed", wanted()))
+    assert "no ATen Config.h in" in text and "AT_MKL_ENABLED is not 1" not in text
