@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core import companion, image_io
+from ..core import companion, image_io, native_deps
 from ..core._log import Log
 from ..core._plan import Step
 from ..core.host import Host, max_jobs
@@ -37,9 +37,10 @@ def image_prefix(options: Options) -> Path:
 
 
 def prepare_codecs(options: Options) -> None:
+    # The native packages' shared cache ($INTELMAC_CACHE), as for llvm-openmp.
     image_io.prepare(
-        image_prefix(options), options.line.macos_deployment_target, options.cache_dir / "native",
-        Log.create(),
+        image_prefix(options), options.line.macos_deployment_target,
+        native_deps.default_cache(), Log.create(),
     )  # fmt: skip
 
 
