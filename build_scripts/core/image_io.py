@@ -17,9 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
-
-from . import _binaries, _fsutil, native_deps
+from . import _binaries, _fsutil, macho_checks, native_deps
 from ._log import Log
 from .errors import BuildError
 
@@ -110,7 +108,7 @@ def dylib_problems(dylib: Path, deployment_target: str) -> list[str]:
     for piece in intel:
         if piece.min_macos is None:
             out.append(f"{dylib.name} records no minimum macOS")
-        elif Version(piece.min_macos) > Version(deployment_target):
+        elif macho_checks.minos_above(piece, deployment_target):
             out.append(
                 f"{dylib.name} needs macOS {piece.min_macos}, above the wheel's target "
                 f"{deployment_target}"
