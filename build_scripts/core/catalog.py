@@ -57,6 +57,9 @@ class ToolchainSpec:
 
     pins: Path  # absolute
     requires: tuple[str, ...]
+    #: The BLAS the line's build_env chooses (MKL), as pip's hashed requirements; installed
+    #: once per line with ``pip install --prefix`` (None: the BLAS is the OS's own).
+    blas: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -270,7 +273,19 @@ def parse(path: Path, document: Any) -> Catalog:
                     f"{where}, field 'toolchain.pins': {raw['toolchain']['pins']} does not "
                     f"exist in {path.parent}"
                 )
-            spec = ToolchainSpec(pins, tuple(raw["toolchain"]["requires"]))
+            blas = raw["toolchain"].get("blas")
+            blas_pins = path.parent / blas if blas else None
+            if blas_pins is not None and not blas_pins.is_file():
+                raise CatalogError(
+                    f"{where}, field 'toolchain.blas': {blas} does not exist in {path.parent}"
+                )
+            if (raw["build_env"].get("BLAS") == "MKL") != (blas_pins is not None):
+                raise CatalogError(
+                    f"{where}: build_env.BLAS is {raw['build_env'].get('BLAS')!r} and "
+                    f"toolchain.blas is {blas!r}; MKL needs its pinned files "
+                    "(toolchain.blas: toolchain/mkl.txt), and only MKL has any."
+                )
+            spec = ToolchainSpec(pins, tuple(raw["toolchain"]["requires"]), blas_pins)
         line = ReleaseLine(
             version=raw["version"],
             source=Source(**raw["source"]),

@@ -22,11 +22,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+
 from ..core import backend as backend_mod
+from ..core import features, native_deps, toolchain
 from ..core import host as host_mod
-from ..core import native_deps
 from ..core import preflight as preflight_mod
-from ..core import toolchain
 from ..core._log import Log
 from ..core._plan import Computed, Step
 from ..core.errors import BuildError
@@ -96,6 +96,48 @@ def libomp_steps(options: Options) -> list[Step]:
             ("install_name_tool", "-id", dylib, dylib),
         ),
     ]
+def blas_prefix(options: Options) -> Path | None:
+    """Where the line's pinned BLAS files (MKL) are installed; None for the OS's own BLAS."""
+    chain = options.line.toolchain
+    if chain is None or chain.blas is None:
+        return None
+    return options.layout.root / "blas" / chain.blas.stem
+
+
+def blas_command(options: Options, python: PythonTarget, prefix: Path) -> tuple[str, ...]:
+    blas = options.line.toolchain.blas if options.line.toolchain else None
+    assert blas is not None
+    return (
+        str(venv_python(options, python)), "-m", "pip", "install", *toolchain.INSTALL_OPTIONS,
+        "--ignore-installed", "--prefix", str(prefix), "-r", str(blas),
+    )  # fmt: skip
+
+
+def check_configured(options: Options) -> None:
+    """Stop when CMake did not configure what the catalog chose (BLAS, MKL threading, oneDNN).
+
+    With BLAS set by hand PyTorch's CMake already refuses a missing MKL; this also catches a
+    sequential MKL or another BLAS winning, before any wheel of the line is repaired.
+    """
+    tree = options.layout.patched_tree
+    wanted = features.of(options.line.build_env, options.line.title)
+    problems = features.configured_problems(tree, wanted)
+    if problems:
+        prefix = blas_prefix(options)
+        hint = (
+            f"The pinned MKL should be under {prefix} (lib/libmkl_core.a, include/mkl.h; "
+            f"installed from {options.line.toolchain.blas if options.line.toolchain else ''}) "
+            "and libiomp5 in the llvm-openmp prefix; "
+            if prefix is not None
+            else ""
+        )
+        raise BuildError(
+            f"{options.line.title}: CMake did not configure what the catalog chose:\n  "
+            + "\n  ".join(problems)
+            + f"\n{hint}search the build log for 'BLAS' and 'MKL' to see what CMake found, fix "
+            "it, then rebuild (the build folder keeps the wrong choice: remove "
+            f"{tree / 'build'})."
+        )
 
 
 def build_env(options: Options, host: Host) -> dict[str, str]:
@@ -132,6 +174,14 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
     env["OpenMP_ROOT"] = prefix
     env["CMAKE_PREFIX_PATH"] = prefix
     env["CPATH"] = f"{prefix}/include"
+    mkl = blas_prefix(options)
+    if mkl is not None:
+        # FindMKL searches INTEL_MKL_DIR's include/ and lib/ (PyTorch passes the variable
+        # to CMake); its OpenMP threading layer finds libiomp5, llvm-openmp's alias of
+        # libomp, through CMAKE_PREFIX_PATH above: one OpenMP runtime for MKL and PyTorch.
+        # (The MKL prefix stays off CMAKE_PREFIX_PATH, whose list separator differs between
+        # setup.py's -D and CMake's own reading of the environment.)
+        env["INTEL_MKL_DIR"] = str(mkl)
     # x86_64 is the one target, pinned for CMake (libtorch), for setuptools' own compile of
     # the extension stubs (ARCHFLAGS replaces sysconfig's -arch flags) and for the wheel's
     # platform tag. Needed for a cross build from arm64, and just as much natively with a
@@ -360,6 +410,16 @@ def python_steps(options: Options, index: int) -> list[Step]:
             action=lambda: preflight(options, host_mod.probe(), python),
         ),
     ]
+    mkl = blas_prefix(options)
+    if index == 0 and mkl is not None:
+        steps.append(
+            Step(
+                f"the line's pinned BLAS ({options.line.build_env.get('BLAS')}, every file "
+                f"checked against its sha256) into {mkl}, once for all its Pythons",
+                blas_command(options, python, mkl),
+                log_name=log_name,
+            )
+        )
     if index > 0:
         previous = options.pythons[index - 1]
         skbuild = (
@@ -389,6 +449,14 @@ def python_steps(options: Options, index: int) -> list[Step]:
             path_prepend=venv / "bin",
         )
     )
+    if index == 0:
+        steps.append(
+            Step(
+                "check CMake's configure result against the catalog (BLAS_INFO, LAPACK_INFO, "
+                "MKL's threading, oneDNN) before any wheel of the line is repaired",
+                action=lambda: check_configured(options),
+            )
+        )
     return steps
 
 

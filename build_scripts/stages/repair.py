@@ -15,10 +15,11 @@ import importlib.metadata
 import shutil
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
-from ..core import _fsutil, _stage, buildinfo, companion
+from ..core import _binaries, _fsutil, _stage, buildinfo, companion, macho_checks
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
@@ -141,6 +142,40 @@ def omp_header(options: Options, record: dict[str, Any]) -> dict[str, bytes]:
 
 def omp_header_planned(options: Options) -> bool:
     return options.builder == "pytorch-macos" and options.companion_of is None
+def sdk_path() -> Path:
+    """The macOS SDK the build compiled against (Xcode's, as the preflight required)."""
+    found = host_mod.command_output("xcrun", "--sdk", "macosx", "--show-sdk-path")
+    if not found or not Path(found).is_dir():
+        raise BuildError(
+            "xcrun --sdk macosx --show-sdk-path found no macOS SDK; the Mach-O checks read its "
+            "headers' availability annotations. Select Xcode with `sudo xcode-select -s "
+            "/Applications/Xcode.app` (the preflight names the version each line needs)."
+        )
+    return Path(found)
+
+
+def check_machos(wheel: Path, target: str, sdk: Path) -> None:
+    """Stop before delocate on a duplicate LC_RPATH, a too-new symbol or minos (macho_checks)."""
+    availability = macho_checks.sdk_availability(sdk)
+    with tempfile.TemporaryDirectory() as scratch, zipfile.ZipFile(wheel) as archive:
+        files = []
+        for number, info in enumerate(archive.infolist()):
+            if info.is_dir() or info.file_size < 16:
+                continue
+            with archive.open(info) as handle:
+                if _binaries.kind(handle.read(8)) != "macho":
+                    continue
+            local = Path(scratch) / str(number)
+            with archive.open(info) as src, local.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+            files.append((info.filename, local))
+        found = macho_checks.problems(files, target, availability)
+    if found:
+        raise BuildError(
+            f"{wheel.name}: its Mach-O files would not load on every macOS {target}+ Mac:\n  "
+            + "\n  ".join(found)
+            + f"\n(availability read from {sdk}); the wheel stays out of the index."
+        )
 
 
 def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> Path:
@@ -157,6 +192,11 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                     "on a Mac, so repair it there: python -m intelmac_torch_builder repair "
                     f"--torch {options.line.version} --python {python.version}"
                 )
+            check_machos(raw, options.line.macos_deployment_target, sdk_path())
+            log.info(
+                f"{python.tag}: Mach-O checks passed (no duplicate LC_RPATH, no strong import "
+                f"newer than macOS {options.line.macos_deployment_target}, no minos above it)"
+            )
             log.run_logged(
                 delocate_argv(raw, Path(scratch), delocate_extra(options)),
                 label=f"delocate {python.tag}",
@@ -210,6 +250,14 @@ def plan(options: Options) -> Section:
         )
         out = repaired_dir(options, python)
         if options.builder == "pytorch-macos":
+            steps.append(
+                Step(
+                    f"{python.tag}: Mach-O checks before delocate: no duplicate LC_RPATH, no "
+                    f"strong import of a symbol newer than macOS "
+                    f"{options.line.macos_deployment_target} (the SDK headers' availability), "
+                    "no minos above it"
+                )
+            )
             steps.append(
                 Step(
                     f"bundle non-system libraries into the {python.tag} wheel, require x86_64"
