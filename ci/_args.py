@@ -21,6 +21,12 @@ def selection_arguments() -> argparse.ArgumentParser:
     common.add_argument("--lines", metavar="LIST", default=None,
                         help="comma-separated torch lines, or 'all' (as the workflow_dispatch "
                         "input gives them)")
+    common.add_argument("--pythons", metavar="LIST", default=None,
+                        help="comma-separated Pythons to build of each selected line, or 'all' "
+                        "(one line and one Python: the canary)")
+    common.add_argument("--refresh", action="store_true",
+                        help="the scheduled cache refresh: the lines whose compiler cache fits "
+                        "the repository's cache, default line first")
     return common
 
 

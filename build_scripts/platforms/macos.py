@@ -399,6 +399,8 @@ def preflight(options: Options, host: Host, python: PythonTarget | None = None) 
     if python is not None:
         pinned = toolchain.load(options.line.pins).versions(python.version)
     facts = probe_facts(options, host, python)
+    # Free disk once per build: before anything is installed (no ``python`` yet).
     preflight_mod.enforce(
-        options.line, facts, [target.version for target in options.pythons], pinned=pinned
+        options.line, facts, [target.version for target in options.pythons], pinned=pinned,
+        check_disk=python is None,
     )
