@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,11 @@ from ..core.options import Options, PythonTarget
 #: From 2.9 upstream documents pip (not setup.py commands) as the way to build; older
 #: lines, 2.6 among them, build their wheels with ``setup.py bdist_wheel``.
 PIP_WHEEL_FROM = Version("2.9")
+#: Lines whose setup.py can configure CMake alone (``setup.py build --cmake-only``: read in
+#: 2.6.0's setup.py, and kept by later ones), so that the series' own sources compile first
+#: (core/failfast.py). 2.14 and 2.15 move to scikit-build-core (issue 28), which configures
+#: inside ``pip wheel``: they compile in CMake's order.
+FAILFAST_BEFORE = Version("2.14")
 
 
 def is_cross_build(host: Host) -> bool:
@@ -291,6 +297,8 @@ def python_steps(options: Options, index: int) -> list[Step]:
                 action=lambda: _retarget_cache(options, previous, python),
             )
         )
+    if index == 0 and Version(options.line.version) < FAILFAST_BEFORE:
+        steps += _failfast_steps(options, python, log_name)
     what = (
         "compiles everything"
         if index == 0
@@ -307,6 +315,29 @@ def python_steps(options: Options, index: int) -> list[Step]:
         )
     )
     return steps
+
+
+def _failfast_steps(options: Options, python: PythonTarget, log_name: str) -> list[Step]:
+    """Configure CMake alone, then compile the series' own sources before everything else."""
+    tree = options.layout.patched_tree
+    bin_dir = options.layout.venvs / python.tag / "bin"
+    return [
+        Step(
+            "configure CMake alone (setup.py build --cmake-only); the wheel build reuses it",
+            (str(venv_python(options, python)), "setup.py", "build", "--cmake-only"),
+            cwd=tree,
+            log_name=log_name,
+            path_prepend=bin_dir,
+        ),
+        Step(
+            "fail fast: compile the sources the series touches or creates before the rest",
+            (sys.executable, "-m", "intelmac_torch_builder.core.failfast", "--tree", str(tree),
+             "--build-dir", str(tree / "build"), *map(str, options.line.patches)),
+            cwd=tree,
+            log_name=log_name,
+            path_prepend=bin_dir,
+        ),
+    ]
 
 
 def notes(options: Options, host: Host) -> list[str]:
