@@ -35,7 +35,7 @@ from . import budget
 BUILD_RUNNER = "macos-15-intel"
 #: Labels a self-hosted Intel Mac with a Metal GPU registers with (docs/releasing.md).
 GPU_RUNNER_LABELS: tuple[str, ...] = ("self-hosted", "macOS", "X64", "intel-gpu")
-#: Xcode the build job selects when the image has it; community x86_64 builders use 16.4.
+#: Xcode for a line whose catalog entry names none; community x86_64 builders use 16.4.
 XCODE_VERSION = "16.4"
 #: Linux runner for the jobs that need no Mac (patch verification, lint, tests).
 LINUX_RUNNER = "ubuntu-24.04"
@@ -190,7 +190,7 @@ def _fetch_fields(line: ReleaseLine) -> dict[str, Any]:
         # Only a workflow_dispatch trial build can reach an unpinned line (tags refuse it).
         "pinned": pinned,
         "fetch_args": "" if pinned else "--trust-on-first-use",
-        "xcode": XCODE_VERSION,
+        "xcode": line.xcode or XCODE_VERSION,
         # The artifacts that hand the warm compiler cache from job to job within a run.
         "ccache_artifact": f"ccache-{line.version}",
         "state_artifact": f"warmup-state-{line.version}",

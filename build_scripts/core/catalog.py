@@ -70,6 +70,7 @@ class ReleaseLine:
     build_env: Mapping[str, str]
     toolchain: ToolchainSpec | None  # None: no pinned toolchain (only fixtures lack one)
     macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
+    xcode: str | None = None  # the Xcode it is built with (None: any new enough for the SDK)
     name: str = "torch"  # the distribution this line builds
     # A torch line: the companion built after it. A companion: the torch version it pairs
     # with, and why (pairs_with is None for a torch line).
@@ -233,6 +234,7 @@ def _companion(path: Path, where: str, line: ReleaseLine, raw: dict[str, Any]) -
         # The line's pinned toolchain builds the companion too (setuptools, wheel, ninja).
         toolchain=line.toolchain,
         macos_sdk_min=line.macos_sdk_min,
+        xcode=line.xcode,
         name=raw["name"],
         pairs_with=line.version,
         pair_evidence=raw["pair_evidence"],
@@ -281,6 +283,7 @@ def parse(path: Path, document: Any) -> Catalog:
             toolchain=spec,
             # MPS needs at least the SDK of the macOS it runs on.
             macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
+            xcode=raw.get("xcode"),
         )
         if "companion" in raw:
             line = replace(line, companion=_companion(path, where, line, raw["companion"]))

@@ -80,6 +80,16 @@ def _older(found: str, wanted: str) -> bool:
         return True
 
 
+def _same_release(found: str, wanted: str) -> bool:
+    """Whether Xcode ``found`` is ``wanted`` ("16.4" is 16.4 and 16.4.0, not 16.4.1)."""
+    try:
+        have, want = Version(found).release, Version(wanted).release
+    except InvalidVersion:
+        return False
+    width = max(len(have), len(want))
+    return have + (0,) * (width - len(have)) == want + (0,) * (width - len(want))
+
+
 def _release(text: str | None) -> tuple[int, ...] | None:
     """The leading X.Y.Z of a tool's version output ("cmake version 3.31.4" -> (3, 31, 4))."""
     match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
@@ -145,6 +155,13 @@ def check(
             f"Xcode {facts.xcode} is too old for PyTorch {line.version}: its MPS sources need "
             f"the macOS {sdk_min} SDK's Metal/MPSGraph APIs, which come with Xcode {xcode_min}. "
             "Install a newer Xcode and select it with xcode-select."
+        )
+    elif line.xcode is not None and not _same_release(facts.xcode, line.xcode):
+        problems.append(
+            f"Xcode {facts.xcode} is selected, but PyTorch {line.version} is built with Xcode "
+            f"{line.xcode} (patches/catalog.yaml, field xcode): its compiler and Metal "
+            "toolchain decide what the wheel holds. Select it: sudo xcode-select -s "
+            f"/Applications/Xcode_{line.xcode}.app"
         )
     if facts.sdk is None:
         problems.append("No macOS SDK found (`xcrun --sdk macosx --show-sdk-version` fails).")

@@ -160,6 +160,21 @@ def test_disk_and_interpreter_architecture(tmp_path: Path) -> None:
     assert "Python 3.13 could not be run" in check(facts, ("3.12", "3.13"))[0]
 
 
+def test_the_line_s_own_xcode_is_required(tmp_path: Path) -> None:
+    facts = good_facts(write(tmp_path, thin_dylib("x86_64", "13.0")))
+    assert LINE_26.xcode == "16.4"
+    assert check(Facts(**{**facts.__dict__, "xcode": "16.4.0"})) == []
+    newer = check(Facts(**{**facts.__dict__, "xcode": "26.2", "sdk": "26.2"}))
+    assert len(newer) == 1
+    assert "PyTorch 2.6.0 is built with Xcode 16.4" in newer[0]
+    assert "xcode-select -s /Applications/Xcode_16.4.app" in newer[0]
+    # 2.14 and 2.15 need Xcode 26.2 (their Metal 4 shader library).
+    line = catalog.load().line("2.14.1")
+    assert line.xcode == "26.2"
+    assert any("built with Xcode 26.2" in problem for problem in
+               preflight.check(line, facts, ("3.12",)))
+
+
 def test_free_disk_is_judged_once_per_build_against_an_adjustable_need(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     facts = good_facts(write(tmp_path, thin_dylib("x86_64", "13.0")))
