@@ -83,3 +83,15 @@ def test_a_py3_none_torchvision_adds_to_one_wheel_job_only(catalog: catalog_modu
     newest = catalog.line("2.14.1").python[-1]
     with_vision = {name for name, value in minutes.items() if value == max(minutes.values())}
     assert with_vision == {f"wheel 2.14.1 / Python {newest}"}
+
+
+def test_the_docs_quote_the_model_as_it_is() -> None:
+    from ci_support import REPO
+
+    text = (REPO / "docs" / "releasing.md").read_text(encoding="utf-8")
+    assert f"time box is **{budget.compile_minutes()} minutes**" in text
+    line = catalog_module.load().line("2.14.1")
+    plan_ = budget.warmup_plan(line)
+    assert f"needs **{plan_.jobs_needed}** warm-up jobs" in text
+    assert f"release.yml has **{budget.WARMUP_JOBS}**" in text
+    assert f"A `wheel` job is **{budget.job_minutes('wheel', line):.0f} minutes**" in text
