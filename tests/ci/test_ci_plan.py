@@ -95,6 +95,11 @@ def test_cache_key_names_line_toolchain_and_fingerprint(catalog: catalog_module.
     save = next(step for step in on_main.steps if "cache/save" in (step.uses or ""))
     assert save.with_["key"].startswith(restore.with_["key"] + "-")
     assert "outcome == 'finished'" in save.condition
+    # Older entries of a line go where they are saved, so each line keeps one.
+    assert plan.job(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "cache-prune").status.startswith(
+        "skipped")
+    (prune,) = runs_of(plan.make_plan(RELEASE, catalog, lines="2.6.0"), "cache-prune")
+    assert any('gh cache delete "$id"' in c for c in commands(prune))
     for run in runs_of(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "wheel"):
         assert not any("cache/save" in (step.uses or "") for step in run.steps)
 

@@ -145,6 +145,7 @@ def test_permissions_are_least_privilege() -> None:
         "release.yml:attest": ["attestations", "id-token"],
         "release.yml:release": ["contents"],
         "release.yml:pages": ["id-token", "pages"],
+        "release.yml:cache-prune": ["actions"],
     }
 
 
