@@ -24,9 +24,10 @@ def selection_arguments() -> argparse.ArgumentParser:
     common.add_argument("--pythons", metavar="LIST", default=None,
                         help="comma-separated Pythons to build of each selected line, or 'all' "
                         "(one line and one Python: the canary)")
-    common.add_argument("--refresh", action="store_true",
-                        help="the scheduled cache refresh: the lines whose compiler cache fits "
-                        "the repository's cache, default line first")
+    common.add_argument("--event", metavar="NAME", default="",
+                        help="the GitHub event (github.event_name); 'schedule' is the compiler "
+                        "cache refresh: the lines whose cache fits the repository's, default "
+                        "line first")
     return common
 
 

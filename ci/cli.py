@@ -23,7 +23,7 @@ def _load(args: argparse.Namespace) -> catalog_module.Catalog:
 def run_matrix(args: argparse.Namespace) -> int:
     catalog = _load(args)
     lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines,
-                                       pythons=args.pythons, refresh=args.refresh)
+                                       pythons=args.pythons, refresh=args.event == "schedule")
     if args.kind == "all":
         document: dict[str, Any] = matrix_module.all_matrices(catalog, lines)
     else:

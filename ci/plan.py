@@ -231,7 +231,7 @@ def _run_matrix_step(command: str, catalog: Catalog) -> dict[str, str] | None:
 
         catalog = catalog_module.load(Path(args.catalog))
     lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines,
-                                       pythons=args.pythons or None, refresh=args.refresh)
+                                       pythons=args.pythons or None, refresh=args.event == "schedule")
     if args.kind == "all":
         document = matrix_module.all_matrices(catalog, lines)
     else:

@@ -269,3 +269,16 @@ def test_the_real_entry_point_prints_the_matrix() -> None:
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)["include"]) == sum(
         len(line.python) for line in catalog_module.load().lines)
+
+
+def test_the_scheduled_refresh_warms_the_lines_the_cache_holds(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from intelmac_torch_builder.ci import budget
+
+    catalog = catalog_module.load()
+    refreshed = cli_matrix(capsys, "--kind", "all", "--event", "schedule")["versions"]
+    assert refreshed[0] == catalog.default_version
+    assert len(refreshed) == budget.cache_lines_that_fit()
+    # Any other event builds what it asks for.
+    assert cli_matrix(capsys, "--kind", "all", "--event", "workflow_dispatch")["versions"] == list(
+        catalog.versions)
