@@ -79,7 +79,9 @@ def test_zizmor_would_catch_an_injection_and_an_unpinned_action(tmp_path: Path) 
 
 
 def test_actionlint_passes() -> None:
-    result = subprocess.run([str(tool("actionlint")), "-no-color", *map(str, WORKFLOW_FILES)],
+    # With shellcheck, actionlint also checks every run: script (quoting, unset variables).
+    shellcheck = ["-shellcheck", str(tool("shellcheck"))]
+    result = subprocess.run([str(tool("actionlint")), "-no-color", *shellcheck, *map(str, WORKFLOW_FILES)],
                             cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
