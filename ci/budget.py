@@ -71,9 +71,11 @@ FIGURES: Mapping[str, Figure] = {
         "'The direct mode'); a continuation with the same Python and flags gets those"),
     "replay_preprocessed": Figure(
         0.15, "of the bulk compile",
-        "assumption: another Python's include paths change the command line, so hits come "
-        "from the preprocessor mode, which still preprocesses every source (ccache manual, "
-        "'The preprocessor mode')"),
+        "assumption, pessimistic: as if another Python's include paths changed every command "
+        "line, so that hits came from the preprocessor mode, which still preprocesses each "
+        "source (ccache manual, 'The preprocessor mode'). In 2.6.0's cmake/Dependencies.cmake "
+        "Python's include dirs reach only targets that link pybind11 (Python::Module), so "
+        "torch_cpu's hits are likely direct; the first run's `ccache -s` says which"),
     "setup": Figure(
         12, "min",
         "assumption: checkout, setup-python, the pinned native tools and the pinned build "
