@@ -41,8 +41,9 @@ FIGURES: Mapping[str, Figure] = {
         0.70, "of a job's timeout", "issue 24: a job's modelled time stays within 70% of it"),
     "peer_one_python": Figure(
         360, "min, a lower bound",
-        "conda-forge admin-requests 1743: the osx-64 build of pytorch 2.9.0 did not finish "
-        "compiling one Python within the 6-hour limit on Intel macOS agents"),
+        "conda-forge admin-requests PR 1743 (2025-11-07): on Azure's Intel macOS agents the "
+        "best run of pytorch 2.9.0 'hasn't been even able to finish compilation' in the 6 h "
+        "limit, so the feedstock moved to cirun-macos-m4-large"),
     "peer_vcpus": Figure(
         3, "vCPU",
         "those agents are Microsoft-hosted macOS VMs, 3 Intel CPUs and 14 GB as GitHub's "
