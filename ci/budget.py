@@ -46,8 +46,8 @@ FIGURES: Mapping[str, Figure] = {
         "limit, so the feedstock moved to cirun-macos-m4-large"),
     "peer_vcpus": Figure(
         3, "vCPU",
-        "those agents are Microsoft-hosted macOS VMs, 3 Intel CPUs and 14 GB as GitHub's "
-        "macos-13 (ruby/ruby PR 10074 lists the sizes)"),
+        "assumption: Azure's Microsoft-hosted macOS agents are sized as GitHub's Intel "
+        "macos-13 runner, 3 CPUs and 14 GB (ruby/ruby PR 10074 lists those sizes)"),
     "runner_vcpus": Figure(
         4, "vCPU",
         "GitHub docs, 'GitHub-hosted runners': macos-15-intel has 4 vCPU, 14 GB RAM"),
