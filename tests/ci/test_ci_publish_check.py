@@ -40,20 +40,25 @@ def test_a_published_release_is_never_replaced() -> None:
     assert "release-YYYYMMDD" in str(check.release_problem({"isDraft": False}, "release-20261122"))
 
 
+def stand_in_gh(folder: Path, monkeypatch: pytest.MonkeyPatch, *cases: str) -> None:
+    """A `gh` on PATH that answers each `case` pattern of its arguments as GitHub would."""
+    gh = folder / "gh"
+    gh.write_text("#!/bin/sh\ncase \"$*\" in\n" + "".join(f"  {case};;\n" for case in cases)
+                  + "esac\n")
+    gh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+
+
 def test_main_asks_gh_and_names_every_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    # A stand-in gh on PATH answers as GitHub would for a repository not set up yet.
-    gh = tmp_path / "gh"
-    gh.write_text(
-        "#!/bin/sh\n"
-        'case "$*" in\n'
-        '  *"/pages") echo "gh: Not Found (HTTP 404)" >&2; exit 1;;\n'
-        '  *deployment-branch-policies) echo \'{"branch_policies": [{"name": "main", "type": "branch"}]}\';;\n'
-        '  *environments/github-pages) echo \'{"deployment_branch_policy": {"protected_branches": false, "custom_branch_policies": true}}\';;\n'
-        '  "release view"*) echo \'{"isDraft": false}\';;\n'
-        "esac\n")
-    gh.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    # A repository not set up yet, whose tag is already published.
+    stand_in_gh(
+        tmp_path, monkeypatch,
+        '*"/pages") echo "gh: Not Found (HTTP 404)" >&2; exit 1',
+        '*deployment-branch-policies) echo \'{"branch_policies": [{"name": "main", "type": "branch"}]}\'',
+        '*environments/github-pages) echo \'{"deployment_branch_policy": {"protected_branches": false, '
+        '"custom_branch_policies": true}}\'',
+        '"release view"*) echo \'{"isDraft": false}\'')
     assert check.main(["--tag", "v2.14.1-1"]) == 1
     out = capsys.readouterr().out
     assert out.count("::error title=Cannot publish v2.14.1-1::") == 3
@@ -62,16 +67,11 @@ def test_main_asks_gh_and_names_every_fix(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_a_setting_the_token_may_not_read_warns_instead_of_blocking(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    gh = tmp_path / "gh"
-    gh.write_text(
-        "#!/bin/sh\n"
-        'case "$*" in\n'
-        '  *"/pages") echo \'{"build_type": "workflow"}\';;\n'
-        '  *environments*) echo "gh: Resource not accessible by integration (HTTP 403)" >&2; exit 1;;\n'
-        '  "release view"*) echo "release not found" >&2; exit 1;;\n'
-        "esac\n")
-    gh.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    stand_in_gh(
+        tmp_path, monkeypatch,
+        '*"/pages") echo \'{"build_type": "workflow"}\'',
+        '*environments*) echo "gh: Resource not accessible by integration (HTTP 403)" >&2; exit 1',
+        '"release view"*) echo "release not found" >&2; exit 1')
     assert check.main(["--tag", "v2.14.1-1"]) == 0
     out = capsys.readouterr().out
     assert "::warning title=Not checked::the github-pages environment could not be read" in out
