@@ -163,6 +163,7 @@ bool& configured() {
   NSString* _name;
   uint64_t _registryID;
   BOOL _lowPower, _removable, _headless, _unified;
+  long _queries; // hasUnifiedMemory and supportsFamily: asked by the code under test
   uint64_t _workingSet;
   NSUInteger _maxBufferLength;
   std::vector<NSInteger>* _families;
@@ -291,6 +292,7 @@ FakeMTLBuffer* as_buffer(id object) {
   return _removable;
 }
 - (BOOL)hasUnifiedMemory {
+  ++_queries;
   return _unified;
 }
 - (uint64_t)recommendedMaxWorkingSetSize {
@@ -302,11 +304,15 @@ FakeMTLBuffer* as_buffer(id object) {
 - (NSUInteger)currentAllocatedSize {
   return _allocated;
 }
-- (BOOL)supportsFamily:(MTLGPUFamily)family {
+- (BOOL)fakeHasFamily:(MTLGPUFamily)family {
   return std::find(_families->begin(), _families->end(), (NSInteger)family) != _families->end();
 }
+- (BOOL)supportsFamily:(MTLGPUFamily)family {
+  ++_queries;
+  return [self fakeHasFamily:family];
+}
 - (BOOL)fakeIsAppleGPU {
-  return [self supportsFamily:MTLGPUFamilyApple1];
+  return [self fakeHasFamily:MTLGPUFamilyApple1];
 }
 - (id<MTLCommandQueue>)newCommandQueue {
   FakeMTLCommandQueue* queue = [[FakeMTLCommandQueue alloc] init];
@@ -1329,6 +1335,14 @@ long fake_metal_device_retain_count(uint64_t registry_id) {
   Guard g(lock());
   for (FakeMTLDevice* device in devices_list()) {
     if (device->_registryID == registry_id) return static_cast<long>([device retainCount]);
+  }
+  return -1;
+}
+
+long fake_metal_device_queries(uint64_t registry_id) {
+  Guard g(lock());
+  for (FakeMTLDevice* device in devices_list()) {
+    if (device->_registryID == registry_id) return device->_queries;
   }
   return -1;
 }

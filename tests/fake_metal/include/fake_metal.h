@@ -58,6 +58,9 @@ int fake_metal_complete_command_buffers(void);
 int fake_metal_pending_command_buffers(void);
 // The retain count of the device with this registry id (-1: none).
 long fake_metal_device_retain_count(uint64_t registry_id);
+// How often the code under test asked the device hasUnifiedMemory or supportsFamily: (-1: no
+// such device). Facts that never change are worth asking once (issue 23, finding 8).
+long fake_metal_device_queries(uint64_t registry_id);
 
 // --- storage through C (Python tests; Objective-C++ uses the protocols) --------------------
 // Handles are the Metal objects themselves (id<...> as void*). fm_* functions that create

@@ -22,6 +22,10 @@
 //   the last command buffer using it completes.
 #include <ATen/mps/MPSHeapStorage.h>
 
+#include <mutex>
+#include <utility>
+#include <vector>
+
 namespace {
 
 MTLStorageMode metal_storage(at::mps::storage::Storage storage) {
@@ -172,10 +176,23 @@ bool isAppleGPU(id<MTLDevice> device) {
   return [device supportsFamily:MTLGPUFamilyApple1];
 }
 
+// Asked of Metal once per device: requestUsage() runs on every allocation, and
+// neither fact changes while the device exists. The cache keeps each device it
+// has seen (one retain; MPSDevice keeps its device for the life of the process
+// anyway), so that no other device can later have the same address.
 storage::Gpu storageGpu(id<MTLDevice> device) {
+  static std::mutex mutex;
+  static std::vector<std::pair<const void*, storage::Gpu>> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [seen, gpu] : known) {
+    if (seen == (const void*)device) {
+      return gpu;
+    }
+  }
   storage::Gpu gpu;
   gpu.apple_gpu = isAppleGPU(device);
   gpu.unified_memory = [device hasUnifiedMemory];
+  known.emplace_back((const void*)[device retain], gpu);
   return gpu;
 }
 

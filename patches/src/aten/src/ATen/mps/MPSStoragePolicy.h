@@ -24,9 +24,12 @@
 //     3. Elsewhere a heap that would be CPU-visible (shared or managed) is never
 //        asked of Metal. Its buffers become standalone buffers in shared
 //        storage, one Metal allocation each (see kCpuVisibleStorageWhy).
-//     4. On a GPU without unified memory (AMD), an extra-large heap is at most
-//        kDiscreteXLargeHeap, as upstream had it before 2.12, unless one
-//        request needs more.
+//     4. On a GPU that is not an Apple GPU, an extra-large heap is at most
+//        kDiscreteXLargeHeap, as upstream had it for discrete GPUs before 2.12,
+//        unless one request needs more. That includes Intel iGPUs: they report
+//        unified memory, which gives upstream's 1 GiB heaps, but their working
+//        set is about 1.5 GiB (a UHD 630), so one small tensor would hold most
+//        of it and a second heap would not fit.
 //   device_tensor_pool_usage(gpu, usage_is_shared)
 //     5. On lines whose device tensors live in shared pools (2.14.1, 2.15.0),
 //        those pools are private on a GPU that is not an Apple GPU, so device
@@ -113,7 +116,7 @@ inline HeapPlan plan_heap(const Gpu& gpu, Storage requested, std::size_t heap_si
     plan.storage = Storage::shared;
     return plan;
   }
-  if (!gpu.unified_memory && heap_size > kDiscreteXLargeHeap) { // rule 4
+  if (heap_size > kDiscreteXLargeHeap) { // rule 4
     const std::size_t own = round_up(request_size, kRoundLarge);
     const std::size_t wanted = request_size < kDiscreteXLargeHeap / 2 ? kDiscreteXLargeHeap : own;
     plan.heap_size = wanted < heap_size ? wanted : heap_size;
