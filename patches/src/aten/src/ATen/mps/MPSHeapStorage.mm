@@ -11,7 +11,12 @@
 //   heap can only be private; a shared or managed descriptor gets no heap.
 // - MTLDevice newBufferWithLength:options: makes a standalone buffer; shared
 //   and managed storage are available for buffers on every Mac GPU (shared:
-//   one copy in system memory, which a discrete GPU reads over PCIe).
+//   one copy in system memory, which a discrete GPU reads over PCIe). That is
+//   what the storageModeShared and "Setting resource storage modes" pages say;
+//   "Choosing a resource storage mode for Intel and AMD GPUs" says shared
+//   resources exist only with integrated graphics (MPSStoragePolicy.h has the
+//   conflict; a real AMD GPU decides it). A buffer Metal refuses is nil here,
+//   and upstream's allocator sees it as memory it could not get.
 // - MTLBuffer.contents is the CPU's pointer to a buffer's memory; it is NULL
 //   for private storage, which only the GPU (a blit) may touch.
 // - A command buffer made by -[MTLCommandQueue commandBuffer] (what

@@ -11,7 +11,15 @@
 // storage: newHeapWithDescriptor: gives nil for a shared or managed heap there.
 // That is every GPU of an Intel Mac, the Intel iGPU (which reports
 // hasUnifiedMemory = YES) as much as an AMD GPU. Standalone buffers
-// (newBufferWithLength:options:) may be shared or managed on every Mac GPU.
+// (newBufferWithLength:options:) may be shared or managed on every Mac GPU by
+// the MTLResourceOptions.storageModeShared page, which rules out only shared
+// textures off Apple GPUs, and by "Setting resource storage modes" (shared is
+// the default for an integrated GPU's buffers, managed for a discrete GPU's).
+// Apple's article "Choosing a resource storage mode for Intel and AMD GPUs"
+// says instead that shared resources exist only with integrated graphics.
+// Upstream itself makes shared buffers on AMD GPUs (Copy.mm's staging buffers,
+// MPSStream's error buffer), so this series follows the first two pages; only
+// a real AMD GPU can confirm it (docs/mps-device-policy.md lists what else).
 // Upstream's allocator keeps all its memory in heaps and asks for shared ones:
 // for scalars and, on unified-memory devices, the CPU-visible pools (2.6.0,
 // 2.9.1), and for every pool from 2.12 on (2.14.1, 2.15.0).
