@@ -70,7 +70,9 @@ def whole_library(fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory
 def results(whole_library: Path, fake_metal_lib: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for name, gpu in GPUS.items():
-        env = {**os.environ, "FAKE_METAL_CONFIG": json.dumps({"devices": [gpu], "macos": "14.0"})}
+        # the device's memory ends at its working set (the stand-in refuses heaps and buffers past it)
+        device = {**gpu, "memory_limit": gpu["recommended_working_set"]}
+        env = {**os.environ, "FAKE_METAL_CONFIG": json.dumps({"devices": [device], "macos": "14.0"})}
         done = subprocess.run([sys.executable, "-m", "tests.fake_metal.whole_scenarios", str(whole_library),
                                str(fake_metal_lib)], cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=600, check=False)
@@ -122,13 +124,13 @@ def test_one_tensor_does_not_hold_most_of_the_working_set(results: dict[str, dic
     assert stats["driver_allocated"] == stats["total_allocated"], stats
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23, finding 6 (not fixed): a standalone 'heap' counts its "
-                   "descriptor size, not the buffers it made")
-def test_the_allocator_counts_the_memory_metal_gave_it(results: dict[str, dict[str, Any]]) -> None:
-    """On the Intel iGPU the scalar and pinned blocks live in standalone shared buffers of a
-    few KiB, which the allocator counts as 8 MiB heaps each."""
-    freed = results["intel"]["freed"]
-    assert freed["total_allocated"] <= freed["driver_allocated"], freed
+@pytest.mark.parametrize("gpu", list(GPUS))
+def test_the_allocator_counts_the_memory_metal_gave_it(results: dict[str, dict[str, Any]], gpu: str) -> None:
+    """Issue 23, finding 6: on the Intel iGPU the scalar and pinned blocks live in standalone
+    shared buffers of a few KiB, which the allocator counted as 8 MiB heaps each."""
+    for step in ("allocation", "freed"):
+        stats = results[gpu][step]["stats"] if step == "allocation" else results[gpu][step]
+        assert stats["total_allocated"] == stats["driver_allocated"], (step, stats)
 
 
 @pytest.mark.parametrize("gpu", list(GPUS))
@@ -159,3 +161,18 @@ def test_out_of_memory_is_an_error_and_the_allocator_recovers(results: dict[str,
     # the message's numbers are real: no unsigned underflow in "other allocations"
     assert "17179869184" not in oom["refused"][0]["error"], oom
     assert results[gpu]["end"]["total_allocated"] == 0 and results[gpu]["end"]["driver_allocated"] == 0
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+def test_memory_metal_refuses_is_out_of_memory_not_an_assert(results: dict[str, dict[str, Any]],
+                                                             gpu: str) -> None:
+    """Issue 23, finding 7: a standalone shared buffer that Metal refuses once its "heap"
+    existed hit upstream's TORCH_INTERNAL_ASSERT(buffer); it must reach upstream's
+    release-and-retry path, which ends in its out-of-memory error."""
+    full = results[gpu]["device_full"]
+    assert full["records"], "the device never refused: the scenario did not fill it"
+    assert full["refused"] and "MPS backend out of memory" in full["refused"][0]["error"], full
+    for block in full["late"]:
+        assert "INTERNAL ASSERT" not in block.get("error", ""), block
+        assert "handle" in block or "MPS backend out of memory" in block["error"] or \
+            block["error"] == "no shared allocator on this device", block

@@ -94,6 +94,20 @@ def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
         whole.lib.whole_free(recovered["handle"])
     whole.lib.whole_complete()
     whole.lib.whole_empty_cache()
+    # the device itself refuses (its memory_limit): with the allocator's own limit off, fill
+    # the device with tensors, then ask for a scalar and pinned memory. Metal's nil must end
+    # in upstream's "release the cache and retry, else out of memory", never in an assert.
+    whole.lib.whole_set_high_watermark(0.0)
+    filled = [whole.alloc(DEVICE, 256 * MiB) for _ in range(limit // (256 * MiB) + 2)]
+    late = [whole.alloc(SCALAR, 8) if unified else None, whole.alloc(PINNED, 4 * 1024)]
+    out["device_full"] = {"refused": [b for b in filled if "error" in b][:1],
+                          "late": [b for b in late if b is not None],
+                          "records": fake.records("device_memory_refused")[:1]}
+    for block in [*filled, *late]:
+        if block is not None and "handle" in block:
+            whole.lib.whole_free(block["handle"])
+    whole.lib.whole_complete()
+    whole.lib.whole_empty_cache()
     out["end"] = whole.stats()
     out["violations"] = fake.violations()
     out["heap_storage_refused"] = fake.records("heap_storage_refused")

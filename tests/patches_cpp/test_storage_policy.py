@@ -59,6 +59,8 @@ def test_no_cpu_visible_heap_off_apple_gpus(rows: list[dict[str, Any]]) -> None:
             assert not r["standalone"] and r["storage"] == "private", r
         else:
             assert r["standalone"] and r["storage"] == "shared", r
+            # one buffer of the request's size: what the allocator counts is what Metal gives
+            assert r["heap_size"] == r["request"], r
         assert r["standalone"] or r["allowed"], r
 
 

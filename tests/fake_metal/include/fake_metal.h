@@ -28,7 +28,9 @@ extern "C" {
 //                                                        Common1..3, MacCatalyst1..2, Metal3
 //                 "metal_version": "3.1",                highest MSL version it compiles
 //                 "gpu_core_count": 0,                   >0: an AGXAccelerator IORegistry entry
-//                 "max_buffer_length": 0}],              0: recommended_working_set
+//                 "max_buffer_length": 0,                0: recommended_working_set
+//                 "memory_limit": 0}],                   >0: heaps and standalone buffers past
+//                                                        it get nil (device_memory_refused)
 //    "system_default": 0,          index of MTLCreateSystemDefaultDevice()'s device, null: nil
 //    "macos": "14.0",              what isOperatingSystemAtLeastVersion: compares with
 //    "mpsgraph": true}             whether MPSGraph has the methods the lines probe for

@@ -31,7 +31,10 @@
 //     2. Elsewhere a private heap stays a private heap.
 //     3. Elsewhere a heap that would be CPU-visible (shared or managed) is never
 //        asked of Metal. Its buffers become standalone buffers in shared
-//        storage, one Metal allocation each (see kCpuVisibleStorageWhy).
+//        storage, one Metal allocation each (see kCpuVisibleStorageWhy), and
+//        the "heap" is the size of the request it was made for: the allocator
+//        counts what Metal gives it, and Metal's refusal comes when the heap
+//        is made, where upstream releases its cache and retries.
 //     4. On a GPU that is not an Apple GPU, an extra-large heap is at most
 //        kDiscreteXLargeHeap, as upstream had it for discrete GPUs before 2.12,
 //        unless one request needs more. That includes Intel iGPUs: they report
@@ -122,6 +125,7 @@ inline HeapPlan plan_heap(const Gpu& gpu, Storage requested, std::size_t heap_si
   if (!heap_storage_allowed(gpu, requested)) {
     plan.placement = Placement::standalone; // rule 3
     plan.storage = Storage::shared;
+    plan.heap_size = request_size;
     return plan;
   }
   if (heap_size > kDiscreteXLargeHeap) { // rule 4
