@@ -15,7 +15,7 @@ SOURCE  ?=
 SHA256  ?=
 # Non-empty: build torch alone, without the line's torchvision companion.
 TORCH_ONLY ?=
-# OpenMP to build with and bundle (--libomp): one built for the line's deployment target.
+# OpenMP to build with and bundle (--libomp) instead of the pinned llvm-openmp the build fetches.
 LIBOMP  ?=
 BUILD_ARGS ?=
 

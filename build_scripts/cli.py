@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "intelmac_torch_builder.pipeline",
     "intelmac_torch_builder.maint.check_upstream",
     "intelmac_torch_builder.ci.cli",
+    "intelmac_torch_builder.core.native_deps",
 )
 
 

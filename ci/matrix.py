@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import features
 from ..core.catalog import Catalog, ReleaseLine
 from ..core.errors import BuildError
 
@@ -124,6 +125,9 @@ def _line_fields(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
         # libomp on the runner's macOS) would make delocate raise the tag silently.
         "platform_tag": platform_tag(line.macos_deployment_target),
         "mps_min_macos": line.mps_min_macos,
+        # What the torch wheel must carry (ci/wheel_checks.py --expect-features), from the
+        # same build_env the build uses.
+        "expect_features": features.of(line.build_env, line.title).spec(),
         "artifact": f"wheels-{line.version}",
         **_companion_fields(catalog, line),
     }

@@ -6,7 +6,8 @@
 
 With ``--companion-version``, the line's torchvision wheel is installed beside torch in the
 same ``pip install`` and ``ci/vision_checks.py`` runs too (``--vision-device mps`` adds the
-ops on the GPU against the CPU).
+ops on the GPU against the CPU). With ``--expect-features`` (the matrix's ``expect_features``,
+from the catalog) NumPy joins the venv and wheel_checks' ``features`` group runs.
 
 Picks the wheel in ``--wheel-dir`` made for the running interpreter (``cpXY``), creates a
 venv with that interpreter, ``pip install``s the wheel (its dependencies come from the
@@ -88,7 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vision-device",
                         help="with --companion-version: also run torchvision's ops on this "
                         "device against the CPU (mps)")
-    parser.add_argument("--only", choices=("api", "smoke"), action="append",
+    parser.add_argument("--expect-features",
+                        help="what the build turned on (the matrix's expect_features, from the "
+                        "catalog): blas=mkl,distributed=on,fbgemm=off,mkldnn=on; adds the "
+                        "features checks and NumPy to the venv (the LAPACK check compares "
+                        "against it)")
+    parser.add_argument("--only", choices=("api", "smoke", "features"), action="append",
                         help="run only these check groups (default: all)")
     parser.add_argument("--pip-arg", action="append", default=[],
                         help="extra argument for pip install (repeatable), e.g. --no-index")
@@ -119,10 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     venv = args.keep_venv or scratch / "venv"  # type: ignore[operator]
     started = time.monotonic()
     try:
-        python = install([wheel, *([companion] if companion else [])], venv, args.pip_arg)
+        extra = ["numpy"] if args.expect_features else []
+        python = install([wheel, *([companion] if companion else [])], venv,
+                         [*args.pip_arg, *extra])
         command = [str(python), str(CHECKS)]
         if args.expect_version:
             command += ["--expect-version", args.expect_version]
+        if args.expect_features:
+            command += ["--expect-features", args.expect_features]
         if args.expect_no_gpu:
             command.append("--expect-no-gpu")
         for group in args.only or ():

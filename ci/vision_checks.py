@@ -12,6 +12,11 @@ the exit status is the number of failures (capped at 100).
 * ``cpu-<op>``: each op on the CPU, against answers that follow from its definition;
 * ``--device mps``: each op (forward, and backward where MPS has a kernel) on the device,
   against the CPU, on seeded random inputs.
+* ``image-io-*``: JPEG, PNG and WebP images made with Pillow here, decoded by
+  ``torchvision.io`` and compared with Pillow's decoding of the same bytes (PNG and lossless
+  WebP exactly, JPEG within what two IDCTs may differ by), and JPEG/PNG encoded by torchvision
+  and read back by Pillow; ``read_image`` from a file. A torchvision built without a codec
+  fails here with torchvision's own message ("not compiled with ... support").
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ OPS = ("nms", "roi_align", "roi_pool", "ps_roi_align", "ps_roi_pool")
 #: Ops whose backward also has an MPS kernel (REGISTER_*_BACKWARD_OP in the Metal source).
 WITH_BACKWARD = ("roi_align", "roi_pool", "ps_roi_align", "ps_roi_pool")
 ATOL = RTOL = 1e-4
+#: JPEG decoders may round their IDCTs differently (libjpeg-turbo's SIMD paths vs another
+#: build): allow a few levels per pixel, far below what a wrong decode gives (tens).
+JPEG_MAX_DIFF, JPEG_MEAN_DIFF = 8, 1.0
+IMAGE_CHECKS = ("image-io-decode-jpeg", "image-io-decode-png", "image-io-decode-webp",
+                "image-io-encode-jpeg", "image-io-encode-png", "image-io-read-image")
 
 
 class CheckFailed(Exception):
@@ -154,6 +164,100 @@ class Checks:
                     f"gradient differs from the CPU by {diff:.3g}")
 
 
+def test_image() -> Any:
+    """A 24x32 RGB Pillow image with edges, gradients and every channel used differently."""
+    from PIL import Image
+
+    image = Image.new("RGB", (32, 24))
+    image.putdata([((x * 8) % 256, (y * 10) % 256, ((x + y) * 5 + (40 if x > 15 else 0)) % 256)
+                   for y in range(24) for x in range(32)])
+    return image
+
+
+class ImageChecks:
+    """torchvision.io against Pillow, on images Pillow encodes here (Pillow comes with
+    torchvision: it is one of its requirements)."""
+
+    def __init__(self, torch: Any, torchvision: Any) -> None:
+        self.torch, self.io = torch, torchvision.io
+
+    def encoded(self, fmt: str, **options: Any) -> bytes:
+        import io
+
+        buffer = io.BytesIO()
+        test_image().save(buffer, fmt, **options)
+        return buffer.getvalue()
+
+    def pillow_tensor(self, data: bytes) -> Any:
+        """Pillow's decoding of ``data``, as torchvision lays it out (C, H, W uint8)."""
+        import io
+
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as image:
+            rgb = image.convert("RGB")
+            raw = bytearray(rgb.tobytes())
+        return self.torch.frombuffer(raw, dtype=self.torch.uint8).view(
+            rgb.height, rgb.width, 3).permute(2, 0, 1).contiguous()
+
+    def as_tensor(self, data: bytes) -> Any:
+        return self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8)
+
+    def compare(self, got: Any, want: Any, exact: bool, what: str) -> None:
+        require(tuple(got.shape) == tuple(want.shape),
+                f"{what}: shape {tuple(got.shape)}, Pillow's {tuple(want.shape)}")
+        require(got.dtype == self.torch.uint8, f"{what}: dtype {got.dtype}, expected uint8")
+        diff = (got.int() - want.int()).abs()
+        if exact:
+            require(bool((diff == 0).all()), f"{what}: differs from Pillow's decoding in "
+                    f"{int((diff > 0).sum())} values (max {int(diff.max())})")
+        else:
+            require(int(diff.max()) <= JPEG_MAX_DIFF and float(diff.float().mean()) <= JPEG_MEAN_DIFF,
+                    f"{what}: differs from Pillow's decoding by up to {int(diff.max())} "
+                    f"(mean {float(diff.float().mean()):.2f}; allowed {JPEG_MAX_DIFF}, "
+                    f"{JPEG_MEAN_DIFF})")
+
+    def decode(self, fmt: str) -> None:
+        options = {"JPEG": {"quality": 95}, "PNG": {}, "WEBP": {"lossless": True}}[fmt]
+        data = self.encoded(fmt, **options)
+        decoder = getattr(self.io, f"decode_{fmt.lower()}", None)
+        require(decoder is not None, f"torchvision.io has no decode_{fmt.lower()}")
+        got = decoder(self.as_tensor(data))
+        self.compare(got, self.pillow_tensor(data), exact=fmt != "JPEG",
+                     what=f"decode_{fmt.lower()}")
+
+    def encode(self, fmt: str) -> None:
+        original = self.pillow_tensor(self.encoded("PNG"))
+        if fmt == "JPEG":
+            data = self.io.encode_jpeg(original, quality=95)
+        else:
+            data = self.io.encode_png(original)
+        raw = bytes(data.tolist())
+        magic = {"JPEG": b"\xff\xd8\xff", "PNG": b"\x89PNG"}[fmt]
+        require(raw.startswith(magic), f"encode_{fmt.lower()} wrote {raw[:8]!r}, not a {fmt}")
+        back = self.pillow_tensor(raw)
+        if fmt == "PNG":
+            self.compare(back, original, exact=True, what="encode_png, read back by Pillow")
+        else:
+            error = float((back.int() - original.int()).abs().float().mean())
+            require(error < 4, f"encode_jpeg at quality 95, read back by Pillow, is off by "
+                    f"{error:.2f} per value on average")
+
+    def read_image(self) -> None:
+        import os
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            for fmt, suffix in (("PNG", "png"), ("JPEG", "jpg"), ("WEBP", "webp")):
+                data = self.encoded(fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+                path = os.path.join(scratch, f"image.{suffix}")
+                with open(path, "wb") as handle:
+                    handle.write(data)
+                got = self.io.read_image(path)
+                self.compare(got, self.pillow_tensor(data), exact=fmt != "JPEG",
+                             what=f"read_image of a {fmt} file")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--expect-version", help="torchvision.__version__, e.g. 0.29.1+intelmac")
@@ -167,6 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     checks.run("cpu-nms", checks.cpu_nms)
     for op in OPS[1:]:
         checks.run(f"cpu-{op}", lambda op=op: checks.cpu_pooling(op))
+    images = ImageChecks(checks.torch, checks.torchvision)
+    for name in IMAGE_CHECKS:
+        action, _, fmt = name.removeprefix("image-io-").partition("-")
+        if action == "read":
+            checks.run(name, images.read_image)
+        else:
+            method = images.decode if action == "decode" else images.encode
+            checks.run(name, lambda method=method, fmt=fmt: method(fmt.upper()))
     if args.device:
         for op in OPS:
             checks.run(f"{args.device}-vs-cpu-{op}", lambda op=op: checks.on_device(op))

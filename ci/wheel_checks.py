@@ -12,6 +12,13 @@ prints ``PASS name`` or ``FAIL name: why``; the exit status is the number of fai
   ``torch.backends.mps.check``. With ``--expect-no-gpu`` (hosted runners) MPS must be
   unusable, say why, and not blame the macOS version.
 * ``smoke`` - CPU operations with known answers.
+* ``features`` - what an official torch wheel carries, against ``--expect-features`` (the
+  release matrix computes it from the catalog's ``build_env``, the one source of truth):
+  BLAS_INFO/LAPACK_INFO and the other build settings in ``torch.__config__.show()``, oneDNN
+  (``torch.backends.mkldnn``), OpenMP, distributed (gloo, a one-process group over a file
+  store), the quantized engines, and LAPACK (``torch.linalg.svd``, ``solve``, ``eigh``) against
+  NumPy. A feature the build turns off on purpose prints ``OFF name: why`` and is checked to
+  be really absent. Runs only with ``--expect-features``.
 
 ``--skip NAME`` leaves one named check out and prints ``SKIP NAME``: for a torch that only
 models the Python layer (tests/ci runs these checks inside check-upstream's sandbox, whose
@@ -27,6 +34,7 @@ import re
 import subprocess
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +56,12 @@ API_CHECKS = ("version", "mps-built", "api-present", "allow-intel-gpu-default-of
               "build-info",
               "opt-in-without-gpu", "mps-tensor-error")
 SMOKE_CHECKS = ("cpu-matmul", "cpu-conv2d", "cpu-autograd", "cpu-softmax", "cpu-training")
+FEATURE_CHECKS = ("config-string", "blas-lapack-info", "mkldnn", "openmp", "distributed",
+                  "quantized-engines", "lapack-vs-numpy")
+#: The features --expect-features names, and the build variable that turns each on or off.
+SWITCHES = {"mkldnn": "USE_MKLDNN", "distributed": "USE_DISTRIBUTED", "fbgemm": "USE_FBGEMM"}
+#: BLAS_INFO values a build may report (cmake/Dependencies.cmake).
+BLAS_NAMES = ("mkl", "open", "veclib", "accelerate", "generic", "atlas", "apl", "nvpl", "flexi")
 
 # Run in a child interpreter: the flag's value as torch sees it right after import, and
 # every warning raised in the whole life of the process: while importing and reading it,
@@ -70,6 +84,31 @@ print("PROBE" + json.dumps({"value": value, "again": again,
 
 class CheckFailed(Exception):
     pass
+
+
+def parse_features(spec: str) -> dict[str, str]:
+    """``blas=mkl,distributed=on,fbgemm=off,mkldnn=on`` -> a dict; a bad spec is an error."""
+    parsed = dict(item.partition("=")[::2] for item in spec.split(",") if item)
+    wanted = {"blas", *SWITCHES}
+    problems = sorted(wanted ^ set(parsed))
+    bad = [f"{key}={value}" for key, value in parsed.items()
+           if (key in SWITCHES and value not in ("on", "off"))
+           or (key == "blas" and value not in BLAS_NAMES)]
+    if problems or bad:
+        raise argparse.ArgumentTypeError(
+            f"--expect-features {spec!r}: needs exactly {', '.join(sorted(wanted))} "
+            f"(blas=<BLAS_INFO>, the others on/off); wrong: {', '.join(problems + bad)}")
+    return parsed
+
+
+def build_settings(show: str) -> dict[str, str]:
+    """The ``Build settings: KEY=VALUE, ...`` line of ``torch.__config__.show()`` as a dict."""
+    line = next((item for item in show.splitlines() if "Build settings:" in item), "")
+    settings = {}
+    for match in re.finditer(r"([A-Z][A-Z0-9_]*)=(.*?)(?=, [A-Z][A-Z0-9_]*=|,?\s*$)",
+                             line.partition("Build settings:")[2]):
+        settings[match[1]] = match[2].strip()
+    return settings
 
 
 def require(condition: bool, message: str) -> None:
@@ -98,15 +137,17 @@ def probe_env(value: str | None) -> dict[str, Any]:
 
 class Checks:
     def __init__(self, expect_version: str | None, expect_no_gpu: bool,
-                 skip: frozenset[str] = frozenset()) -> None:
+                 skip: frozenset[str] = frozenset(),
+                 features: dict[str, str] | None = None) -> None:
         self.expect_version = expect_version
+        self.features = features or {}
         self.expect_no_gpu = expect_no_gpu
         self.skip = skip
         self.failures = 0
         self.skipped = 0
 
     def run(self, name: str, check: Callable[[], None]) -> None:
-        assert name in API_CHECKS + SMOKE_CHECKS, f"{name} is missing from API_CHECKS/SMOKE_CHECKS"
+        assert name in API_CHECKS + SMOKE_CHECKS + FEATURE_CHECKS, f"{name} is not a known check"
         if name in self.skip:
             self.skipped += 1
             print(f"SKIP {name}: left out with --skip", flush=True)
@@ -328,6 +369,156 @@ class Checks:
                     f"build_info()['wheel_version'] is {info['wheel_version']!r}")
         print(f"  build: {json.dumps({k: info[k] for k in ('upstream_version', 'series_fingerprint')})}")
 
+    # -- features ------------------------------------------------------------------------
+
+    def on(self, feature: str) -> bool:
+        return self.features[feature] == "on"
+
+    def off_note(self, feature: str) -> None:
+        """Say that a feature is absent because the build turned it off, not by accident."""
+        print(f"OFF {feature}: turned off on purpose ({SWITCHES[feature]}=0 in the catalog's "
+              "build_env); checked to be absent", flush=True)
+
+    def config_string(self) -> None:
+        import torch
+
+        show = torch.__config__.show()
+        settings = build_settings(show)
+        require(settings, f"torch.__config__.show() has no 'Build settings:' line:\n{show}")
+        expected = {"USE_OPENMP": "ON", "USE_MKLDNN": "ON" if self.on("mkldnn") else "OFF"}
+        if self.features["blas"] == "mkl":
+            expected["USE_MKL"] = "ON"
+        wrong = [f"{key}={settings.get(key)!r} (expected {value})"
+                 for key, value in expected.items() if settings.get(key) != value]
+        require(not wrong, "build settings: " + "; ".join(wrong))
+        # USE_GLOO appears in the settings from about 2.3; a build that says OFF lacks gloo.
+        if "USE_GLOO" in settings:
+            want = "ON" if self.on("distributed") else "OFF"
+            require(settings["USE_GLOO"] == want, f"USE_GLOO={settings['USE_GLOO']}, expected {want}")
+        lines = [item.strip() for item in show.splitlines() if item.strip().startswith("- ")]
+        print("  " + "\n  ".join(item for item in lines if "Build settings" not in item))
+
+    def blas_lapack_info(self) -> None:
+        import torch
+
+        settings = build_settings(torch.__config__.show())
+        blas = self.features["blas"]
+        found = {key: settings.get(key) for key in ("BLAS_INFO", "LAPACK_INFO")}
+        require(found == {"BLAS_INFO": blas, "LAPACK_INFO": blas},
+                f"{found}, expected BLAS_INFO={blas} and LAPACK_INFO={blas}: CMake did not use "
+                "the BLAS the catalog chose (build_env.BLAS)")
+        if blas == "mkl":
+            require(torch.backends.mkl.is_available(), "torch.backends.mkl.is_available() is False")
+
+    def mkldnn(self) -> None:
+        import torch
+
+        available = torch.backends.mkldnn.is_available()
+        if not self.on("mkldnn"):
+            require(not available, "torch.backends.mkldnn.is_available() is True but the build "
+                    "turned oneDNN off")
+            self.off_note("mkldnn")
+            return
+        require(available, "torch.backends.mkldnn.is_available() is False: built without oneDNN")
+        from torch.utils import mkldnn as mkldnn_utils
+
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(16, 8).eval()
+        x = torch.randn(4, 16)
+        with torch.no_grad():
+            want = layer(x)
+            got = mkldnn_utils.to_mkldnn(layer)(x.to_mkldnn()).to_dense()
+        require(torch.allclose(got, want, atol=1e-5), "a oneDNN Linear differs from the CPU's")
+
+    def openmp(self) -> None:
+        import torch
+
+        require(torch.backends.openmp.is_available(), "torch.backends.openmp.is_available() is False")
+        info = torch.__config__.parallel_info()
+        require("ATen parallel backend: OpenMP" in info,
+                f"the parallel backend is not OpenMP:\n{info}")
+        threads, cores = torch.get_num_threads(), os.cpu_count() or 1
+        # 4 logical cores are at least 2 physical ones, which torch's default uses.
+        if cores >= 4:
+            require(threads > 1, f"torch.get_num_threads() is {threads} on {cores} cores")
+        print(f"  {threads} threads on {cores} logical cores")
+
+    def distributed(self) -> None:
+        import torch
+
+        dist = torch.distributed
+        if not self.on("distributed"):
+            require(not dist.is_available(), "torch.distributed is available but the build "
+                    "turned it off")
+            self.off_note("distributed")
+            return
+        require(dist.is_available(), "torch.distributed.is_available() is False")
+        require(dist.is_gloo_available(), "torch.distributed.is_gloo_available() is False")
+        import datetime
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            store = os.path.join(scratch, "store")
+            dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1,
+                                    timeout=datetime.timedelta(seconds=60))
+            try:
+                tensor = torch.arange(4.0)
+                dist.all_reduce(tensor)
+                require(tensor.tolist() == [0.0, 1.0, 2.0, 3.0], f"all_reduce gave {tensor}")
+                require(dist.get_backend() == "gloo", f"backend {dist.get_backend()}")
+            finally:
+                dist.destroy_process_group()
+
+    def quantized_engines(self) -> None:
+        import torch
+
+        engines = set(torch.backends.quantized.supported_engines) - {"none"}
+        expected = {"qnnpack"} | ({"onednn"} if self.on("mkldnn") else set())
+        expected |= {"x86", "fbgemm"} if self.on("fbgemm") else set()
+        require(engines == expected, f"quantized engines {sorted(engines)}, expected "
+                f"{sorted(expected)} (fbgemm={self.features['fbgemm']}, "
+                f"mkldnn={self.features['mkldnn']})")
+        before = torch.backends.quantized.engine
+        try:
+            for engine in sorted(engines):
+                torch.backends.quantized.engine = engine
+                with warnings.catch_warnings():  # quantized tensors are deprecated from 2.13
+                    warnings.simplefilter("ignore")
+                    layer = torch.ao.nn.quantized.Linear(8, 4)
+                    x = torch.quantize_per_tensor(torch.randn(3, 8), 0.05, 64, torch.quint8)
+                    out = layer(x)
+                require(tuple(out.shape) == (3, 4), f"{engine}: quantized Linear gave {out.shape}")
+        finally:
+            torch.backends.quantized.engine = before
+        if not self.on("fbgemm"):
+            print("OFF fbgemm: turned off on purpose (USE_FBGEMM=0 in the catalog's build_env); "
+                  "the x86 and fbgemm quantized engines are absent, "
+                  f"{', '.join(sorted(engines))} remain", flush=True)
+
+    def lapack_vs_numpy(self) -> None:
+        import torch
+
+        try:
+            import numpy
+        except ImportError:
+            raise CheckFailed("NumPy is not installed in this venv; the LAPACK check compares "
+                              "against it (ci/test_wheel.py installs it)") from None
+        generator = torch.Generator().manual_seed(0)
+        a = torch.randn(24, 24, dtype=torch.float64, generator=generator)
+        a = a @ a.T + 24 * torch.eye(24, dtype=torch.float64)  # symmetric, well conditioned
+        b = torch.randn(24, 3, dtype=torch.float64, generator=generator)
+        ref = a.numpy()
+        singular = torch.linalg.svd(a).S.numpy()
+        require(numpy.allclose(singular, numpy.linalg.svd(ref, compute_uv=False), rtol=1e-10),
+                "torch.linalg.svd's singular values differ from NumPy's")
+        require(numpy.allclose(torch.linalg.solve(a, b).numpy(), numpy.linalg.solve(ref, b.numpy()),
+                               rtol=1e-10), "torch.linalg.solve differs from NumPy's")
+        values, vectors = torch.linalg.eigh(a)
+        require(numpy.allclose(values.numpy(), numpy.linalg.eigvalsh(ref), rtol=1e-10),
+                "torch.linalg.eigh's eigenvalues differ from NumPy's")
+        require(torch.allclose(a @ vectors, vectors * values, atol=1e-8),
+                "torch.linalg.eigh's eigenvectors do not satisfy A v = lambda v")
+
     # -- smoke ---------------------------------------------------------------------------
 
     def cpu_matmul(self) -> None:
@@ -385,15 +576,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expect-version", help="torch.__version__ the wheel must report")
     parser.add_argument("--expect-no-gpu", action="store_true",
                         help="MPS must be unusable here (GitHub-hosted runners have no usable GPU)")
-    parser.add_argument("--only", choices=("api", "smoke"), action="append",
-                        help="run only these groups (default: both)")
-    parser.add_argument("--skip", choices=API_CHECKS + SMOKE_CHECKS, action="append", default=[],
+    parser.add_argument("--only", choices=("api", "smoke", "features"), action="append",
+                        help="run only these groups (default: all; features needs "
+                        "--expect-features)")
+    parser.add_argument("--expect-features", type=parse_features,
+                        help="what the build turned on, from the catalog: "
+                        "blas=mkl,distributed=on,fbgemm=off,mkldnn=on (python -m "
+                        "intelmac_torch_builder matrix gives each line's)")
+    parser.add_argument("--skip", choices=API_CHECKS + SMOKE_CHECKS + FEATURE_CHECKS,
+                        action="append", default=[],
                         metavar="CHECK",
                         help="leave this check out, saying so (repeatable); for a stand-in torch "
                         "that cannot do what the check needs, e.g. mps-tensor-error without tensors")
     args = parser.parse_args(argv)
-    groups = args.only or ["api", "smoke"]
-    checks = Checks(args.expect_version, args.expect_no_gpu, frozenset(args.skip))
+    groups = args.only or ["api", "smoke"] + (["features"] if args.expect_features else [])
+    if "features" in groups and not args.expect_features:
+        parser.error("--only features needs --expect-features")
+    checks = Checks(args.expect_version, args.expect_no_gpu, frozenset(args.skip),
+                    args.expect_features)
     import torch
 
     print(f"torch {torch.__version__} from {os.path.dirname(torch.__file__)}", flush=True)
@@ -425,6 +625,14 @@ def main(argv: list[str] | None = None) -> int:
         checks.run("cpu-autograd", checks.cpu_autograd)
         checks.run("cpu-softmax", checks.cpu_softmax)
         checks.run("cpu-training", checks.cpu_training)
+    if "features" in groups:
+        checks.run("config-string", checks.config_string)
+        checks.run("blas-lapack-info", checks.blas_lapack_info)
+        checks.run("mkldnn", checks.mkldnn)
+        checks.run("openmp", checks.openmp)
+        checks.run("distributed", checks.distributed)
+        checks.run("quantized-engines", checks.quantized_engines)
+        checks.run("lapack-vs-numpy", checks.lapack_vs_numpy)
     skipped = f", {checks.skipped} skipped" if checks.skipped else ""
     print(f"{checks.failures} failure(s){skipped}", flush=True)
     return min(checks.failures, 100)

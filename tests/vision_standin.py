@@ -6,6 +6,10 @@ suite's tests/regress/_vision.py) are tested against this package: it registers 
 MPS-capable ops with the dispatcher the way torchvision's ``_C`` does, for CPU (and MPS,
 when "built with FORCE_MPS"), with simple kernels written in torch. It exercises the checks,
 the registration probes and the reporting, never torchvision's own kernels.
+
+Its ``torchvision.io`` decodes and encodes through Pillow (what a torchvision with every
+codec built in must agree with), and can be told to lack a codec, as a torchvision whose
+setup.py did not find libjpeg, libpng or libwebp does, or to decode PNG wrongly.
 """
 
 from __future__ import annotations
@@ -95,6 +99,85 @@ for _name, _schema in _SCHEMAS.items():
         _lib.impl(_name, _KERNELS[_name], _key)
 '''
 
+IO_PY = '''
+"""Stand-in torchvision.io: Pillow's codecs, or none for a codec left out at build time."""
+import io
+import json
+
+import torch
+from PIL import Image
+
+KNOBS = json.loads({knobs!r})
+_LIBRARY = {{"jpeg": "libjpeg", "png": "libpng", "webp": "libwebp"}}
+
+
+def _require(codec):
+    if codec in KNOBS.get("missing", []):
+        # torchvision's own words when setup.py did not find the library.
+        raise RuntimeError(f"torchvision not compiled with {{_LIBRARY[codec]}} support")
+
+
+def _tensor(image):
+    rgb = image.convert("RGB")
+    data = bytearray(rgb.tobytes())
+    return torch.frombuffer(data, dtype=torch.uint8).view(rgb.height, rgb.width, 3).permute(2, 0, 1).contiguous()
+
+
+def _decode(data, codec):
+    _require(codec)
+    with Image.open(io.BytesIO(bytes(data.tolist()))) as image:
+        out = _tensor(image)
+    if codec in KNOBS.get("swap_channels", []):
+        out = out.flip(0)
+    return out
+
+
+def decode_jpeg(data, *args, **kwargs):
+    return _decode(data, "jpeg")
+
+
+def decode_png(data, *args, **kwargs):
+    return _decode(data, "png")
+
+
+def decode_webp(data, *args, **kwargs):
+    return _decode(data, "webp")
+
+
+def decode_image(data, *args, **kwargs):
+    head = bytes(data[:12].tolist())
+    if head.startswith(b"\\xff\\xd8"):
+        return decode_jpeg(data)
+    if head.startswith(b"\\x89PNG"):
+        return decode_png(data)
+    return decode_webp(data)
+
+
+def read_file(path):
+    with open(path, "rb") as handle:
+        return torch.frombuffer(bytearray(handle.read()), dtype=torch.uint8)
+
+
+def read_image(path, *args, **kwargs):
+    return decode_image(read_file(path))
+
+
+def _encode(tensor, codec, **options):
+    _require(codec)
+    image = Image.fromarray(tensor.permute(1, 2, 0).contiguous().numpy())
+    buffer = io.BytesIO()
+    image.save(buffer, codec.upper(), **options)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def encode_jpeg(tensor, quality=75):
+    return _encode(tensor, "jpeg", quality=quality)
+
+
+def encode_png(tensor, compression_level=6):
+    return _encode(tensor, "png")
+'''
+
 OPS_PY = '''
 import torch
 
@@ -130,9 +213,10 @@ def stand_in(root: Path, **knobs: Any) -> Path:
     package = root / "torchvision"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(
-        STAND_IN.format(knobs=json.dumps(settings)) + "\nfrom . import ops\n"
+        STAND_IN.format(knobs=json.dumps(settings)) + "\nfrom . import io, ops\n"
     )
     (package / "ops.py").write_text(OPS_PY)
+    (package / "io.py").write_text(IO_PY.format(knobs=json.dumps(settings)))
     dist_info = root / f"torchvision-{settings['version']}.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text(

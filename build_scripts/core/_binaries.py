@@ -26,6 +26,12 @@ CPU_NAMES = {0x01000007: "x86_64", 0x0100000C: "arm64", 7: "i386", 12: "arm"}
 
 LC_RPATH = 0x8000001C
 LC_ID_DYLIB = 0x0D
+LC_SYMTAB = 0x02
+#: nlist's n_type bits (<mach-o/nlist.h>): an external symbol with no section is an import;
+#: n_desc's high byte is its two-level library ordinal, N_WEAK_REF marks a weak import
+#: (dyld binds it to NULL when the OS lacks it, instead of refusing to load).
+N_STAB, N_TYPE, N_EXT, N_UNDF = 0xE0, 0x0E, 0x01, 0x00
+N_WEAK_REF = 0x0040
 #: The minimum OS a binary runs on: LC_BUILD_VERSION (macOS 10.14+ toolchains) carries a
 #: platform and ``minos``; older binaries carry LC_VERSION_MIN_MACOSX instead.
 LC_BUILD_VERSION = 0x32
@@ -51,6 +57,16 @@ class MachOSlice:
     dylibs: list[str] = field(default_factory=list)
     install_id: str | None = None
     min_macos: str | None = None  # "13.0", from LC_BUILD_VERSION or LC_VERSION_MIN_MACOSX
+    imports: list[Import] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Import:
+    """An undefined external symbol and the library it is bound to."""
+
+    name: str  # as in the symbol table, with the leading underscore
+    library: str | None  # None: flat lookup, or an ordinal this reader cannot name
+    weak: bool
 
 
 def decode_version(packed: int) -> str:
@@ -88,6 +104,7 @@ def _read_slice(handle: BinaryIO, start: int) -> MachOSlice:
         handle.read(4)  # reserved
     blob = handle.read(sizeofcmds)
     result = MachOSlice(CPU_NAMES.get(cputype, hex(cputype)))
+    symtab: tuple[int, int, int, int] | None = None
     offset = 0
     for _ in range(ncmds):
         if offset + 8 > len(blob):
@@ -105,7 +122,9 @@ def _read_slice(handle: BinaryIO, start: int) -> MachOSlice:
             if cmd == LC_ID_DYLIB:
                 result.install_id = name
             else:
-                result.dylibs.append(name)
+                result.dylibs.append(name)  # load order: two-level ordinals count from 1
+        elif cmd == LC_SYMTAB and size >= 24:
+            symtab = struct.unpack_from(endian + "IIII", command, 8)
         elif cmd == LC_BUILD_VERSION and size >= 24:
             platform, minos = struct.unpack_from(endian + "II", command, 8)
             if platform == PLATFORM_MACOS:
@@ -114,7 +133,31 @@ def _read_slice(handle: BinaryIO, start: int) -> MachOSlice:
             (version,) = struct.unpack_from(endian + "I", command, 8)
             result.min_macos = decode_version(version)
         offset += size
+    if symtab is not None:
+        result.imports = _imports(handle, start, endian, is64, symtab, result.dylibs)
     return result
+
+
+def _imports(handle: BinaryIO, start: int, endian: str, is64: bool,
+             symtab: tuple[int, int, int, int], libraries: list[str]) -> list[Import]:  # fmt: skip
+    symoff, nsyms, stroff, strsize = symtab
+    entry = endian + ("IBBHQ" if is64 else "IBBhI")
+    width = struct.calcsize(entry)
+    handle.seek(start + stroff)
+    strings = handle.read(strsize)
+    handle.seek(start + symoff)
+    table = handle.read(nsyms * width)
+    if len(table) < nsyms * width:
+        raise NotMachO("truncated symbol table")
+    out = []
+    for index in range(nsyms):
+        strx, kind, _, desc, _ = struct.unpack_from(entry, table, index * width)
+        if kind & N_STAB or (kind & N_TYPE) != N_UNDF or not kind & N_EXT:
+            continue
+        ordinal = (desc >> 8) & 0xFF
+        library = libraries[ordinal - 1] if 0 < ordinal <= len(libraries) else None
+        out.append(Import(_c_string(strings, strx), library, bool(desc & N_WEAK_REF)))
+    return out
 
 
 def read_macho(path: Path) -> list[MachOSlice]:

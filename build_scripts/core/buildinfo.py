@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +90,17 @@ def _member(name: str) -> zipfile.ZipInfo:
     return info
 
 
-def embed(wheel: Path, destination: Path, info: dict[str, Any]) -> None:
+def embed(
+    wheel: Path,
+    destination: Path,
+    info: dict[str, Any],
+    missing: Mapping[str, bytes] | None = None,
+) -> list[str]:
     """Copy ``wheel`` to ``destination`` with INTELMAC_BUILD.json added to its dist-info.
 
-    RECORD is rewritten with the new file's hash; every other member is copied as it is.
+    ``missing``: files (path in the wheel -> contents) to add where the wheel has none of
+    that name, such as ``torch/include/omp.h``. RECORD is rewritten with the new files'
+    hashes; every other member is copied as it is. Returns the paths that were added.
     """
     payload = (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
     temp = destination.with_name(f".{destination.name}.tmp")
@@ -103,6 +111,9 @@ def embed(wheel: Path, destination: Path, info: dict[str, Any]) -> None:
         ours = f"{dist_info}/{FILENAME}"
         rows = list(csv.reader(io.StringIO(source.read(record_name).decode())))
         rows = [row for row in rows if row and row[0] not in (ours, record_name)]
+        added = {name: data for name, data in (missing or {}).items() if name not in names}
+        for name, data in sorted(added.items()):
+            rows.append([name, _record_hash(data), str(len(data))])
         rows.append([ours, _record_hash(payload), str(len(payload))])
         rows.append([record_name, "", ""])
         record = io.StringIO()
@@ -114,9 +125,12 @@ def embed(wheel: Path, destination: Path, info: dict[str, Any]) -> None:
                     continue
                 with source.open(item) as src, out.open(item, "w") as dst:
                     shutil.copyfileobj(src, dst, _fsutil.CHUNK)
+            for name, data in sorted(added.items()):
+                out.writestr(_member(name), data)
             out.writestr(_member(ours), payload)
             out.writestr(_member(record_name), record.getvalue())
     temp.replace(destination)
+    return sorted(added)
 
 
 def read_embedded(wheel: Path) -> dict[str, Any] | None:

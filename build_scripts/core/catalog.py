@@ -57,6 +57,9 @@ class ToolchainSpec:
 
     pins: Path  # absolute
     requires: tuple[str, ...]
+    #: The BLAS the line's build_env chooses (MKL), as pip's hashed requirements; installed
+    #: once per line with ``pip install --prefix`` (None: the BLAS is the OS's own).
+    blas: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class ReleaseLine:
     build_env: Mapping[str, str]
     toolchain: ToolchainSpec | None  # None: no pinned toolchain (only fixtures lack one)
     macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
+    build_backend: str = "setuptools"  # the PEP 517 backend of the release (core/backend.py)
     name: str = "torch"  # the distribution this line builds
     # A torch line: the companion built after it. A companion: the torch version it pairs
     # with, and why (pairs_with is None for a torch line).
@@ -269,7 +273,19 @@ def parse(path: Path, document: Any) -> Catalog:
                     f"{where}, field 'toolchain.pins': {raw['toolchain']['pins']} does not "
                     f"exist in {path.parent}"
                 )
-            spec = ToolchainSpec(pins, tuple(raw["toolchain"]["requires"]))
+            blas = raw["toolchain"].get("blas")
+            blas_pins = path.parent / blas if blas else None
+            if blas_pins is not None and not blas_pins.is_file():
+                raise CatalogError(
+                    f"{where}, field 'toolchain.blas': {blas} does not exist in {path.parent}"
+                )
+            if (raw["build_env"].get("BLAS") == "MKL") != (blas_pins is not None):
+                raise CatalogError(
+                    f"{where}: build_env.BLAS is {raw['build_env'].get('BLAS')!r} and "
+                    f"toolchain.blas is {blas!r}; MKL needs its pinned files "
+                    "(toolchain.blas: toolchain/mkl.txt), and only MKL has any."
+                )
+            spec = ToolchainSpec(pins, tuple(raw["toolchain"]["requires"]), blas_pins)
         line = ReleaseLine(
             version=raw["version"],
             source=Source(**raw["source"]),
@@ -281,6 +297,7 @@ def parse(path: Path, document: Any) -> Catalog:
             toolchain=spec,
             # MPS needs at least the SDK of the macOS it runs on.
             macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
+            build_backend=raw.get("build_backend", "setuptools"),
         )
         if "companion" in raw:
             line = replace(line, companion=_companion(path, where, line, raw["companion"]))

@@ -24,8 +24,8 @@ from ..core.catalog import Catalog, ReleaseLine
 from ..core.errors import BuildError
 from . import catalog as catalog_mod
 
-Builder = Literal["pytorch-macos", "setuptools"]
-BUILDERS: tuple[Builder, ...] = ("pytorch-macos", "setuptools")
+Builder = Literal["pytorch-macos", "setuptools", "scikit-build-core"]
+BUILDERS: tuple[Builder, ...] = ("pytorch-macos", "setuptools", "scikit-build-core")
 
 #: The distribution name of every wheel this project builds (the fixture's too).
 DIST_NAME = "torch"
@@ -198,8 +198,9 @@ def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ..
             choices=BUILDERS,
             default="pytorch-macos",
             help="pytorch-macos (default): PyTorch's CMake build with MPS, macOS only. "
-            "setuptools: a generic `pip wheel` of a small setup.py tree that is not PyTorch "
-            "(the test suite's fixture upstream uses it on any OS)",
+            "setuptools, scikit-build-core: a generic `pip wheel` of a small tree with that "
+            "build backend that is not PyTorch (the test suite's fixture upstreams use them "
+            "on any OS)",
         )
     if "libomp" in groups:
         group.add_argument(
@@ -207,7 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ..
             type=Path,
             metavar="PREFIX",
             help="OpenMP to build with and bundle: a folder with include/omp.h and "
-            "lib/libomp.dylib (default: Homebrew's /usr/local/opt/libomp). Use one built for "
+            "lib/libomp.dylib (default: the pinned llvm-openmp, fetched and checked by the build). Use one built for "
             "the line's macOS deployment target, e.g. conda-forge's llvm-openmp for osx-64",
         )
     if "source" in groups:

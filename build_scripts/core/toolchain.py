@@ -221,11 +221,21 @@ def _installable(filename: str, tag: str) -> bool:
     return False
 
 
-def problems(toolchain: Toolchain, requires: Sequence[str], pythons: Sequence[str]) -> list[str]:
-    """Why ``toolchain`` does not pin ``requires`` for every one of ``pythons`` (empty: it does)."""
+def problems(
+    toolchain: Toolchain,
+    requires: Sequence[str],
+    pythons: Sequence[str],
+    *,
+    backend: str = "setuptools",
+) -> list[str]:
+    """Why ``toolchain`` does not pin ``requires`` for every one of ``pythons`` (empty: it does).
+
+    ``backend``: the line's build backend (``core/backend.py``), which the build venv must
+    import: pip builds without isolation and installs nothing.
+    """
     where = toolchain.path.name
     found: list[str] = []
-    missing_base = [name for name in BASE_REQUIRES if name not in requires]
+    missing_base = [name for name in (*BASE_REQUIRES, backend) if name not in requires]
     if missing_base:
         found.append(f"the line's build requirements lack {', '.join(missing_base)}")
     for pin in toolchain.pins:

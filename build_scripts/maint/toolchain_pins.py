@@ -157,7 +157,7 @@ def refresh(line: ReleaseLine) -> Path:
 def check(line: ReleaseLine) -> list[str]:
     chain = toolchain.load(line.pins)
     where = chain.path.name
-    found = toolchain.problems(chain, requires(line), line.python)
+    found = toolchain.problems(chain, requires(line), line.python, backend=line.build_backend)
     for python, platform, picks in _gather(line, chain, with_deps=True):
         pinned = {pin.name: pin for pin in chain.for_python(python)}
         for pick in picks:

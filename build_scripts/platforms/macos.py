@@ -18,30 +18,135 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
 
+from ..core import backend as backend_mod
+from ..core import features, native_deps, toolchain
 from ..core import host as host_mod
 from ..core import preflight as preflight_mod
-from ..core import toolchain
+from ..core._log import Log
 from ..core._plan import Computed, Step
 from ..core.errors import BuildError
 from ..core.host import MAX_JOBS_SHELL, Host, max_jobs
 from ..core.options import Options, PythonTarget
-
-#: From 2.9 upstream documents pip (not setup.py commands) as the way to build; older
-#: lines, 2.6 among them, build their wheels with ``setup.py bdist_wheel``.
-PIP_WHEEL_FROM = Version("2.9")
 
 
 def is_cross_build(host: Host) -> bool:
     return host.machine != "x86_64"
 
 
+#: The pinned OpenMP (patches/toolchain/native.yaml) the build uses unless --libomp says
+#: otherwise. Homebrew's libomp targets the host's macOS, which delocate refuses for a wheel
+#: that targets an older one.
+OPENMP_PACKAGE = "llvm-openmp"
+
+
+def libomp_prefix(options: Options) -> Path:
+    """Where the build's OpenMP lives: --libomp, else the pinned llvm-openmp's prefix."""
+    if options.libomp is not None:
+        return options.libomp
+    return native_deps.default_cache() / native_deps.load()[OPENMP_PACKAGE].prefix_name()
+
+
+def ensure_libomp(options: Options, log: Log) -> Path:
+    """Fetch and check the pinned llvm-openmp (nothing to do with --libomp); its prefix.
+
+    Runs before the preflight, so a download whose sha256 differs stops the build before
+    any compiling, naming the expected and the found hash (``native_deps.ensure``).
+    """
+    if options.libomp is not None:
+        return options.libomp
+    package = native_deps.load()[OPENMP_PACKAGE]
+    return native_deps.ensure(package, native_deps.default_cache(), log)
+
+
+def libomp_steps(options: Options) -> list[Step]:
+    """The plan's OpenMP steps: fetch the pinned llvm-openmp, give its dylib an absolute id.
+
+    The id: conda-forge's libomp.dylib says @rpath/libomp.dylib; the one in upstream's
+    2.14.1 and 2.15.0 wheels says /opt/llvm-openmp/lib/libomp.dylib, its absolute install
+    path. With an absolute id, libtorch records the file it was linked against, and
+    setup.py's libomp embedding (2.6.0) and delocate find it without an rpath.
+    """
+    if options.libomp is not None:
+        return []
+    package = native_deps.load()[OPENMP_PACKAGE]
+    prefix = libomp_prefix(options)
+    dylib = str(prefix / "lib" / "libomp.dylib")
+    return [
+        Step(
+            f"the pinned {package.name} {package.version} (sha256 {package.sha256[:12]}...; "
+            "a file that differs stops the build here)",
+            (
+                sys.executable,
+                "-m",
+                "intelmac_torch_builder",
+                "native",
+                "fetch",
+                package.name,
+                "--cache",
+                str(prefix.parent),
+            ),  # fmt: skip
+        ),
+        Step(
+            "its libomp.dylib's install id: its own absolute path",
+            ("install_name_tool", "-id", dylib, dylib),
+        ),
+    ]
+def blas_prefix(options: Options) -> Path | None:
+    """Where the line's pinned BLAS files (MKL) are installed; None for the OS's own BLAS."""
+    chain = options.line.toolchain
+    if chain is None or chain.blas is None:
+        return None
+    return options.layout.root / "blas" / chain.blas.stem
+
+
+def blas_command(options: Options, python: PythonTarget, prefix: Path) -> tuple[str, ...]:
+    blas = options.line.toolchain.blas if options.line.toolchain else None
+    assert blas is not None
+    return (
+        str(venv_python(options, python)), "-m", "pip", "install", *toolchain.INSTALL_OPTIONS,
+        "--ignore-installed", "--prefix", str(prefix), "-r", str(blas),
+    )  # fmt: skip
+
+
+def check_configured(options: Options) -> None:
+    """Stop when CMake did not configure what the catalog chose (BLAS, MKL threading, oneDNN).
+
+    With BLAS set by hand PyTorch's CMake already refuses a missing MKL; this also catches a
+    sequential MKL or another BLAS winning, before any wheel of the line is repaired.
+    """
+    tree = options.layout.patched_tree
+    wanted = features.of(options.line.build_env, options.line.title)
+    problems = features.configured_problems(tree, wanted)
+    if problems:
+        prefix = blas_prefix(options)
+        hint = (
+            f"The pinned MKL should be under {prefix} (lib/libmkl_core.a, include/mkl.h; "
+            f"installed from {options.line.toolchain.blas if options.line.toolchain else ''}) "
+            "and libiomp5 in the llvm-openmp prefix; "
+            if prefix is not None
+            else ""
+        )
+        raise BuildError(
+            f"{options.line.title}: CMake did not configure what the catalog chose:\n  "
+            + "\n  ".join(problems)
+            + f"\n{hint}search the build log for 'BLAS' and 'MKL' to see what CMake found, fix "
+            "it, then rebuild (the build folder keeps the wrong choice: remove "
+            f"{tree / 'build'})."
+        )
+
+
 def build_env(options: Options, host: Host) -> dict[str, str]:
-    """The variables PyTorch's setup.py reads (it passes BUILD_*, USE_* and CMAKE_* to CMake)."""
+    """The variables PyTorch's build reads.
+
+    Up to 2.13 setup.py hands every BUILD_*, USE_* and CMAKE_* variable to CMake; from 2.14
+    (scikit-build-core) CMake reads them itself (cmake/EnvVarForwarding.cmake), and the
+    version metadata comes from PYTORCH_BUILD_VERSION either way.
+    """
     line = options.line
     env = {
         "USE_MPS": "1",
@@ -53,19 +158,30 @@ def build_env(options: Options, host: Host) -> dict[str, str]:
         "PYTORCH_BUILD_NUMBER": "0",
         "MAX_JOBS": str(max_jobs(host)),
     }
+    if backend_mod.get(line.build_backend).cmake_driven:
+        # setup.py turned MAX_JOBS into ninja's -j; with scikit-build-core, `cmake --build`
+        # reads CMake's own variable, so set it to the same number whatever the line's
+        # pyproject does with MAX_JOBS.
+        env["CMAKE_BUILD_PARALLEL_LEVEL"] = env["MAX_JOBS"]
     launcher = host.ccache or host.sccache
     if launcher:
         env["CMAKE_C_COMPILER_LAUNCHER"] = launcher
         env["CMAKE_CXX_COMPILER_LAUNCHER"] = launcher
-    libomp = options.libomp_prefix(host.libomp_prefix)
-    if libomp is not None:
-        prefix = str(libomp)
-        # CMake's FindOpenMP looks under OpenMP_ROOT; Apple clang has no OpenMP headers of
-        # its own, so omp.h must also be on the compiler's include path for the sources
-        # that include it outside CMake's OpenMP flags.
-        env["OpenMP_ROOT"] = prefix
-        env["CMAKE_PREFIX_PATH"] = prefix
-        env["CPATH"] = f"{prefix}/include"
+    prefix = str(libomp_prefix(options))
+    # CMake's FindOpenMP looks under OpenMP_ROOT; Apple clang has no OpenMP headers of its
+    # own, so omp.h must also be on the compiler's include path for the sources that
+    # include it outside CMake's OpenMP flags.
+    env["OpenMP_ROOT"] = prefix
+    env["CMAKE_PREFIX_PATH"] = prefix
+    env["CPATH"] = f"{prefix}/include"
+    mkl = blas_prefix(options)
+    if mkl is not None:
+        # FindMKL searches INTEL_MKL_DIR's include/ and lib/ (PyTorch passes the variable
+        # to CMake); its OpenMP threading layer finds libiomp5, llvm-openmp's alias of
+        # libomp, through CMAKE_PREFIX_PATH above: one OpenMP runtime for MKL and PyTorch.
+        # (The MKL prefix stays off CMAKE_PREFIX_PATH, whose list separator differs between
+        # setup.py's -D and CMake's own reading of the environment.)
+        env["INTEL_MKL_DIR"] = str(mkl)
     # x86_64 is the one target, pinned for CMake (libtorch), for setuptools' own compile of
     # the extension stubs (ARCHFLAGS replaces sysconfig's -arch flags) and for the wheel's
     # platform tag. Needed for a cross build from arm64, and just as much natively with a
@@ -88,12 +204,20 @@ def computed_env(options: Options, host: Host) -> dict[str, Computed]:
         )
     }
     env = build_env(options, host)
+    if "CMAKE_BUILD_PARALLEL_LEVEL" in env:
+        out["CMAKE_BUILD_PARALLEL_LEVEL"] = Computed(
+            MAX_JOBS_SHELL, "the same number as MAX_JOBS, for scikit-build-core's `cmake --build`"
+        )
     found_here = f"found on the machine that planned ({host.description}); set it to yours"
+    pinned = f"the pinned {OPENMP_PACKAGE} in the native cache (fetched by the build)"
     for key in ("OpenMP_ROOT", "CMAKE_PREFIX_PATH", "CPATH", "CMAKE_C_COMPILER_LAUNCHER",
                 "CMAKE_CXX_COMPILER_LAUNCHER"):  # fmt: skip
         if key in env and key not in options.line.build_env:
-            given = options.libomp is not None and "COMPILER_LAUNCHER" not in key
-            out[key] = Computed(shlex.quote(env[key]), "from --libomp" if given else found_here)
+            if "COMPILER_LAUNCHER" in key:
+                note = found_here
+            else:
+                note = "from --libomp" if options.libomp is not None else pinned
+            out[key] = Computed(shlex.quote(env[key]), note)
     return out
 
 
@@ -129,22 +253,12 @@ def toolchain_notes(options: Options) -> list[str]:
 
 
 def wheel_command(options: Options, python: PythonTarget) -> tuple[str, ...]:
-    interpreter = str(venv_python(options, python))
-    out = str(options.layout.raw(python))
-    if Version(options.line.version) >= PIP_WHEEL_FROM:
-        return (
-            interpreter,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-v",
-            "--wheel-dir",
-            out,
-            ".",
-        )
-    return (interpreter, "setup.py", "bdist_wheel", "--dist-dir", out)
+    return backend_mod.wheel_command(
+        backend_mod.get(options.line.build_backend),
+        str(venv_python(options, python)),
+        options.layout.raw(python),
+        line_version=options.line.version,
+    )
 
 
 @dataclass(frozen=True)
@@ -235,9 +349,10 @@ def _clean_python_outputs(tree: Path) -> None:
     """Remove what one interpreter's wheel build leaves that the next must not pick up.
 
     The CMake/ninja tree in build/ stays (that is the point); setuptools' own per-Python
-    staging folders and extension modules built in place go.
+    staging folders and extension modules built in place go (scikit-build-core stages in
+    a folder of its own, so for it there is nothing of the kind).
     """
-    build = tree / "build"
+    build = tree / backend_mod.BUILD_DIR
     for pattern in ("lib.*", "bdist.*"):
         for path in build.glob(pattern):
             shutil.rmtree(path, ignore_errors=True)
@@ -246,16 +361,28 @@ def _clean_python_outputs(tree: Path) -> None:
             path.unlink()
 
 
-def _retarget_cache(options: Options, previous: PythonTarget, python: PythonTarget) -> None:
-    tree = options.layout.patched_tree
-    cache = tree / "build" / "CMakeCache.txt"
+def retarget_build_tree(tree: Path, backend_name: str, previous: Path, interpreter: Path) -> None:
+    """Make ``tree``'s CMake tree, configured for ``previous``, build for ``interpreter``."""
+    build = tree / backend_mod.BUILD_DIR
+    cache = build / "CMakeCache.txt"
     if not cache.is_file():
         raise BuildError(f"{cache} is missing: the first Python's build did not configure CMake.")
-    old = PythonPaths.probe(venv_python(options, previous))
-    new = PythonPaths.probe(venv_python(options, python))
+    old = PythonPaths.probe(previous)
+    new = PythonPaths.probe(interpreter)
     text, _ = rewrite_cmake_cache(cache.read_text(encoding="utf-8"), old, new)
     cache.write_text(text, encoding="utf-8")
+    if backend_mod.get(backend_name).cmake_driven:
+        backend_mod.retarget_skbuild_info(build, str(interpreter))
     _clean_python_outputs(tree)
+
+
+def _retarget_cache(options: Options, previous: PythonTarget, python: PythonTarget) -> None:
+    retarget_build_tree(
+        options.layout.patched_tree,
+        options.line.build_backend,
+        venv_python(options, previous),
+        venv_python(options, python),
+    )
 
 
 def python_steps(options: Options, index: int) -> list[Step]:
@@ -264,7 +391,7 @@ def python_steps(options: Options, index: int) -> list[Step]:
     tree = options.layout.patched_tree
     venv = options.layout.venvs / python.tag
     log_name = f"build-{python.tag}.log"
-    steps = [
+    steps = (libomp_steps(options) if index == 0 else []) + [
         Step(
             f"build venv for Python {python.version}",
             (python.executable, "-m", "venv", str(venv)),
@@ -277,17 +404,33 @@ def python_steps(options: Options, index: int) -> list[Step]:
             log_name=log_name,
         ),
         Step(
-            "preflight: Xcode, macOS SDK, Metal compiler, libomp's minimum macOS, cmake, ninja, "
-            "free disk and the interpreter's architecture, before any compiling",
+            f"preflight: the build backend ({options.line.build_backend}) imports, Xcode, macOS "
+            "SDK, Metal compiler, libomp's minimum macOS, cmake, ninja, free disk and the "
+            "interpreter's architecture, before any compiling",
             action=lambda: preflight(options, host_mod.probe(), python),
         ),
     ]
-    if index > 0:
-        previous = options.pythons[index - 1]
+    mkl = blas_prefix(options)
+    if index == 0 and mkl is not None:
         steps.append(
             Step(
-                f"keep build/; rewrite build/CMakeCache.txt's Python paths {previous.tag} -> {python.tag}; "
-                "drop the previous Python's extension modules",
+                f"the line's pinned BLAS ({options.line.build_env.get('BLAS')}, every file "
+                f"checked against its sha256) into {mkl}, once for all its Pythons",
+                blas_command(options, python, mkl),
+                log_name=log_name,
+            )
+        )
+    if index > 0:
+        previous = options.pythons[index - 1]
+        skbuild = (
+            "and scikit-build-core's build/.skbuild-info.json (else it would drop the cache); "
+            if backend_mod.get(options.line.build_backend).cmake_driven
+            else ""
+        )
+        steps.append(
+            Step(
+                f"keep build/; rewrite build/CMakeCache.txt's Python paths {previous.tag} -> {python.tag} "
+                f"{skbuild}; drop the previous Python's extension modules".replace(" ;", ";"),
                 action=lambda: _retarget_cache(options, previous, python),
             )
         )
@@ -298,14 +441,22 @@ def python_steps(options: Options, index: int) -> list[Step]:
     )
     steps.append(
         Step(
-            f"wheel for {python.tag} ({what}); the venv's bin/ first on PATH, so setup.py's "
-            "cmake and ninja are the pinned ones",
+            f"wheel for {python.tag} ({what}, {options.line.build_backend}); the venv's bin/ "
+            "first on PATH, so the cmake and ninja the build runs are the pinned ones",
             wheel_command(options, python),
             cwd=tree,
             log_name=log_name,
             path_prepend=venv / "bin",
         )
     )
+    if index == 0:
+        steps.append(
+            Step(
+                "check CMake's configure result against the catalog (BLAS_INFO, LAPACK_INFO, "
+                "MKL's threading, oneDNN) before any wheel of the line is repaired",
+                action=lambda: check_configured(options),
+            )
+        )
     return steps
 
 
@@ -318,11 +469,12 @@ def notes(options: Options, host: Host) -> list[str]:
         )
     else:
         out.append("native x86_64 build")
-    if options.libomp_prefix(host.libomp_prefix) is None:
+    if options.libomp is None:
+        package = native_deps.load()[OPENMP_PACKAGE]
         out.append(
-            f"libomp NOT FOUND: pass one built for macOS {options.line.macos_deployment_target} "
-            "or older with --libomp PREFIX (conda-forge's llvm-openmp for osx-64), or "
-            "`brew install libomp` (x86_64 Homebrew in /usr/local) when this Mac runs that macOS"
+            f"OpenMP: the pinned {package.name} {package.version} (macOS {package.min_macos}+, "
+            f"sha256 {package.sha256}), fetched and checked before the preflight into "
+            f"{libomp_prefix(options)}; --libomp PREFIX takes another"
         )
     if not (host.ccache or host.sccache):
         out.append("no ccache or sccache found: rebuilds start from scratch")
@@ -344,8 +496,8 @@ def probe_facts(options: Options, host: Host, python: PythonTarget | None) -> pr
     """The facts ``preflight.check`` judges, probed on this Mac (``python``: its venv's tools)."""
     xcode = host_mod.command_output("xcodebuild", "-version")
     match = re.search(r"Xcode\s+(\d+(?:\.\d+)*)", xcode or "")
-    libomp = options.libomp_prefix(host.libomp_prefix)
-    dylib = libomp / "lib" / "libomp.dylib" if libomp is not None else None
+    libomp = libomp_prefix(options)
+    dylib = libomp / "lib" / "libomp.dylib"
     metal = host_mod.command_output("xcrun", "--sdk", "macosx", "metal", "--version")
     interpreters = {}
     for target in options.pythons:
@@ -359,7 +511,7 @@ def probe_facts(options: Options, host: Host, python: PythonTarget | None) -> pr
         xcode=match[1] if match else None,
         sdk=host_mod.command_output("xcrun", "--sdk", "macosx", "--show-sdk-version"),
         metal=metal is not None,
-        libomp=dylib if dylib is not None and dylib.is_file() else None,
+        libomp=dylib if dylib.is_file() else None,
         free_bytes=shutil.disk_usage(_existing(options.work_dir)).free,
         interpreters=interpreters,
         cmake=_tool_version(bin_dir / "cmake") if bin_dir else None,
@@ -374,16 +526,18 @@ def preflight(options: Options, host: Host, python: PythonTarget | None = None) 
     Without ``python``: before anything is installed (cmake and ninja are not judged yet).
     With it: after its venv got the pinned toolchain, right before its compile.
     """
-    libomp = options.libomp_prefix(host.libomp_prefix)
-    if libomp is None:
-        raise BuildError(
-            "libomp is not installed: PyTorch's CPU kernels need OpenMP, which Apple clang lacks.\n"
-            "Install it with `brew install libomp` (on an Apple-silicon Mac, in the x86_64 "
-            "Homebrew under /usr/local: `arch -x86_64 /usr/local/bin/brew install libomp`), "
-            "or pass another build of it with --libomp PREFIX."
-        )
+    libomp = libomp_prefix(options)
     if not (libomp / "include" / "omp.h").is_file():
-        raise BuildError(f"--libomp {libomp}: no include/omp.h there.")
+        where = (
+            f"--libomp {libomp}"
+            if options.libomp is not None
+            else f"the pinned {OPENMP_PACKAGE} in {libomp}"
+        )
+        raise BuildError(
+            f"{where}: no include/omp.h there. PyTorch's CPU kernels need OpenMP, which Apple "
+            f"clang lacks. Without --libomp the build fetches the pinned {OPENMP_PACKAGE} "
+            "(python -m intelmac_torch_builder native fetch llvm-openmp)."
+        )
     for target in options.pythons:
         if not target.found:
             raise BuildError(
@@ -391,9 +545,21 @@ def preflight(options: Options, host: Host, python: PythonTarget | None = None) 
                 f"Install it (python.org installer, or `brew install python@{target.version}`) "
                 "or pass its path with --python."
             )
-    if not (options.layout.patched_tree / "setup.py").is_file():
-        raise BuildError(
-            f"{options.layout.patched_tree} has no setup.py: run the patch stage first."
+    tree = options.layout.patched_tree
+    if not any((tree / name).is_file() for name in ("setup.py", "pyproject.toml")):
+        raise BuildError(f"{tree} has no setup.py or pyproject.toml: run the patch stage first.")
+    backend = backend_mod.get(options.line.build_backend)
+    interpreter = str(venv_python(options, python)) if python is not None else None
+    found = backend_mod.problems(
+        backend,
+        tree,
+        interpreter,
+        shlex.join(toolchain_command(options, python)) if python is not None else "",
+    )
+    if found:
+        raise preflight_mod.PreflightError(
+            f"Not starting the compile of PyTorch {options.line.version}: its build backend "
+            "cannot run.\n" + "\n".join(f"  - {problem}" for problem in found)
         )
     pinned = None
     if python is not None:

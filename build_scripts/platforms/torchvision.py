@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core import companion
+from ..core import companion, image_io, native_deps
+from ..core._log import Log
 from ..core._plan import Step
 from ..core.host import Host, max_jobs
 from ..core.options import Options, PythonTarget
@@ -30,18 +31,38 @@ def torch_site(options: Options, python: PythonTarget) -> Path:
     return options.layout.venvs / python.tag / "torch-site"
 
 
+def image_prefix(options: Options) -> Path:
+    """The one prefix holding the pinned image codecs torchvision compiles against."""
+    return options.layout.root / "image-io"
+
+
+def prepare_codecs(options: Options) -> None:
+    # The native packages' shared cache ($INTELMAC_CACHE), as for llvm-openmp.
+    image_io.prepare(
+        image_prefix(options), options.line.macos_deployment_target,
+        native_deps.default_cache(), Log.create(),
+    )  # fmt: skip
+
+
 def build_env(options: Options, host: Host | None) -> dict[str, str]:
     env = companion.setup_env(options)
     if options.builder == "pytorch-macos":
         target = options.line.macos_deployment_target
+        codecs = image_prefix(options)
         env.update(
             {
                 "MACOSX_DEPLOYMENT_TARGET": target,
                 "ARCHFLAGS": "-arch x86_64",
                 "_PYTHON_HOST_PLATFORM": f"macosx-{target}-x86_64",
-                # torch.utils.cpp_extension links @rpath/libtorch*.dylib; this rpath finds
-                # them in the torch package installed beside torchvision.
-                "LDFLAGS": f"-Wl,-rpath,{companion.TORCH_LIB_RPATH}",
+                # torch.utils.cpp_extension links @rpath/libtorch*.dylib; the first rpath
+                # finds them in the torch package installed beside torchvision. The second
+                # lets delocate resolve the codecs' @rpath install names at repair time
+                # (it then bundles them and drops this build-machine rpath).
+                "LDFLAGS": f"-Wl,-rpath,{companion.TORCH_LIB_RPATH} -Wl,-rpath,{codecs}/lib",
+                # setup.py finds jpeglib.h and webp/decode.h here, libpng through the
+                # libpng-config the build writes into {codecs}/bin (first on PATH).
+                "TORCHVISION_INCLUDE": f"{codecs}/include",
+                "TORCHVISION_LIBRARY": f"{codecs}/lib",
             }
         )
         if host is not None:
@@ -85,10 +106,19 @@ def python_steps(options: Options, python: PythonTarget, torch_wheel: Path) -> l
                 log_name=log_name,
             ),
             Step(
-                f"wheel for {python.tag} against torch {torch}, MPS kernels forced in",
+                "image codecs: the pinned osx-64 libjpeg-turbo, libpng, libwebp and zlib "
+                f"(patches/toolchain/native.yaml, sha256-checked) into {image_prefix(options)}, "
+                f"with a libpng-config; each header present, each dylib x86_64 for macOS "
+                f"{options.line.macos_deployment_target} or older",
+                action=lambda: prepare_codecs(options),
+            ),
+            Step(
+                f"wheel for {python.tag} against torch {torch}, MPS kernels forced in, "
+                "JPEG/PNG/WebP image I/O built in",
                 _wheel_argv(interpreter, out, offline=False),
                 cwd=tree,
                 log_name=log_name,
+                path_prepend=image_prefix(options) / "bin",
             ),
         ]
     site = torch_site(options, python)

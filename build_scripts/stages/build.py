@@ -5,9 +5,12 @@ Two builders:
 - ``pytorch-macos`` (default): PyTorch's own CMake build with MPS on, for macOS x86_64
   (``macos.py`` holds the plan). On any other OS it stops with exit code 3 ("needs a Mac"), saying what is
   done and what to run on a Mac.
-- ``setuptools``: a generic ``pip wheel`` of a small ``setup.py`` tree that is *not*
-  PyTorch, with the same version variables. The test suite's fixture upstream goes through
-  the whole pipeline with it on Linux; it refuses a real PyTorch tree.
+- ``setuptools`` and ``scikit-build-core``: a generic ``pip wheel`` of a small tree with
+  that build backend that is *not* PyTorch, with the same wheel command
+  (``core/backend.py``), version variables and the line's build variables. The test suite's
+  fixture upstreams go through the whole pipeline with them on Linux; they refuse a real
+  PyTorch tree. A scikit-build-core tree keeps its CMake tree in build/ across Pythons, as
+  the PyTorch build does.
 
 Each Python's wheel lands in ``<work>/<version>/dist/<cpXY>/raw/``, and ``built.json``
 beside it records the source, the series and the toolchain for the repair stage.
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core import _fsutil, _stage, buildinfo, companion, preflight, toolchain
+from ..core import _fsutil, _stage, backend, buildinfo, companion, preflight, toolchain
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
@@ -70,10 +73,14 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
         "toolchain": buildinfo.toolchain(
             interpreter,
             macos=host.is_macos,
-            libomp=options.libomp_prefix(host.libomp_prefix),
+            libomp=macos.libomp_prefix(options) if host.is_macos else None,
             launcher=host.ccache or host.sccache,
         ),
         "build_requirements": _build_requirements(options, python),
+        # The OpenMP compiled against: repair takes its omp.h into the wheel.
+        "libomp_prefix": str(macos.libomp_prefix(options))
+        if options.builder == "pytorch-macos" and options.companion_of is None
+        else None,
         "built_at": buildinfo.now(),
     }
     if options.companion_of is not None:
@@ -142,22 +149,30 @@ def torch_wheel_for(options: Options, python: PythonTarget, planning: bool = Fal
 def _generic_steps(options: Options, index: int) -> list[Step]:
     python = options.pythons[index]
     tree = options.layout.patched_tree
+    chosen = backend.get(options.builder)
     steps = []
-    if index > 0:
+    if index > 0 and chosen.cmake_driven:
+        previous = options.pythons[index - 1]
+        steps.append(
+            Step(
+                f"keep build/; rewrite build/CMakeCache.txt's Python paths {previous.tag} -> "
+                f"{python.tag} and scikit-build-core's build/.skbuild-info.json",
+                action=lambda: macos.retarget_build_tree(
+                    tree, chosen.name, Path(previous.executable), Path(python.executable)
+                ),
+            )
+        )
+    elif index > 0:
         steps.append(
             Step(
                 "remove setuptools' build/ left by the previous interpreter",
                 action=lambda: shutil.rmtree(tree / "build", ignore_errors=True),
             )
         )
-    argv = (
-        python.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
-        "-v", "--wheel-dir", str(options.layout.raw(python)), ".",
-    )  # fmt: skip
     steps.append(
         Step(
-            f"wheel for {python.tag} (generic setuptools build)",
-            argv,
+            f"wheel for {python.tag} (generic {chosen.name} build)",
+            backend.wheel_command(chosen, python.executable, options.layout.raw(python)),
             cwd=tree,
             log_name=f"build-{python.tag}.log",
         )
@@ -217,8 +232,15 @@ def plan(options: Options, host: Host) -> Section:
             )
         env = macos.build_env(options, host)
     else:
-        notes = ["generic setuptools builder: for small setup.py trees that are not PyTorch"]
-        env = {"PYTORCH_BUILD_VERSION": options.wheel_version, "PYTORCH_BUILD_NUMBER": "0"}
+        notes = [
+            f"generic {options.builder} builder: for small trees with that build backend "
+            "that are not PyTorch"
+        ]
+        env = {
+            "PYTORCH_BUILD_VERSION": options.wheel_version,
+            "PYTORCH_BUILD_NUMBER": "0",
+            **options.line.build_env,
+        }
     notes.append(f"full logs: {layout.logs}/build-<python tag>.log")
     computed = macos.computed_env(options, host) if options.builder == "pytorch-macos" else {}
     return Section(
@@ -272,9 +294,8 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         + done
         + vision
         + "To finish, on an Intel Mac (native x86_64; an Apple-silicon Mac can cross-build, best "
-        f"effort) with Xcode {preflight.xcode_for_sdk(options.line.macos_sdk_min)} or later, a "
-        f"libomp built for macOS {options.line.macos_deployment_target} or older "
-        "(make build LIBOMP=PREFIX) and ccache:\n"
+        f"effort) with Xcode {preflight.xcode_for_sdk(options.line.macos_sdk_min)} or later and "
+        "ccache (the build fetches its pinned, sha256-checked llvm-openmp itself):\n"
         "  git clone <this repository> && cd <it>\n"
         f"  {make}\n"
         "See every command and variable it will use first (this runs anywhere, on a fresh "
@@ -298,12 +319,22 @@ def _preflight_companion(options: Options) -> None:
 
 def _preflight_generic(options: Options) -> None:
     tree = options.layout.patched_tree
-    if not (tree / "setup.py").is_file():
-        raise BuildError(f"{tree} has no setup.py: run the patch stage first.")
+    if not any((tree / name).is_file() for name in ("setup.py", "pyproject.toml")):
+        raise BuildError(f"{tree} has no setup.py or pyproject.toml: run the patch stage first.")
     if (tree / "aten" / "src" / "ATen").is_dir():
         raise BuildError(
-            f"{tree} is a PyTorch tree; the setuptools builder is for small trees that are not "
-            "PyTorch. Use --builder pytorch-macos (the default) on a Mac."
+            f"{tree} is a PyTorch tree; the {options.builder} builder is for small trees that "
+            "are not PyTorch. Use --builder pytorch-macos (the default) on a Mac."
+        )
+    chosen = backend.get(options.builder)
+    found: list[str] = []
+    for python in options.pythons:
+        fix = f"{python.executable} -m pip install {chosen.distribution}"
+        found += backend.problems(chosen, tree, python.executable, fix)
+    if found:
+        raise preflight.PreflightError(
+            f"Not building {tree}: its build backend cannot run.\n"
+            + "\n".join(f"  - {problem}" for problem in dict.fromkeys(found))
         )
 
 
@@ -318,6 +349,7 @@ def build(options: Options, log: Log, host: Host | None = None, *, repatch: Repa
     if options.builder == "pytorch-macos" and options.companion_of is not None:
         _preflight_companion(options)
     elif options.builder == "pytorch-macos":
+        macos.ensure_libomp(options, log)
         macos.preflight(options, host)
     else:
         _preflight_generic(options)

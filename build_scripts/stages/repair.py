@@ -15,10 +15,11 @@ import importlib.metadata
 import shutil
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
-from ..core import _fsutil, _stage, buildinfo, companion
+from ..core import _binaries, _fsutil, _stage, buildinfo, companion, macho_checks
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
@@ -26,6 +27,7 @@ from ..core.errors import BuildError, UnsupportedHostError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget
 from ..core.records import REPAIRED, built_record
+from ..platforms import macos
 
 
 def repaired_dir(options: Options, python: PythonTarget) -> Path:
@@ -114,6 +116,68 @@ def build_info(options: Options, record: dict[str, Any], repair_note: str) -> di
     }
 
 
+#: Where upstream's macOS wheels (2.6.0 to 2.15.0) carry OpenMP's header, for C++ extensions.
+OMP_HEADER = "torch/include/omp.h"
+
+
+def omp_header(options: Options, record: dict[str, Any]) -> dict[str, bytes]:
+    """``torch/include/omp.h`` from the build's OpenMP, for a torch wheel built on a Mac.
+
+    2.6.0's setup.py copies it only after finding ``@rpath/libiomp5.dylib`` on Intel, which
+    an llvm-openmp build never links, so its wheel would lack the header every official
+    wheel has. The repair adds it where the wheel has none.
+    """
+    if record["builder"] != "pytorch-macos" or not omp_header_planned(options):
+        return {}
+    prefix = record.get("libomp_prefix")
+    header = (Path(prefix) if prefix else macos.libomp_prefix(options)) / "include" / "omp.h"
+    if not header.is_file():
+        raise BuildError(
+            f"{header} is missing: the wheel needs OpenMP's header ({OMP_HEADER}). Fetch the "
+            "pinned llvm-openmp again (python -m intelmac_torch_builder native fetch "
+            "llvm-openmp) or pass the --libomp the wheel was built with."
+        )
+    return {OMP_HEADER: header.read_bytes()}
+
+
+def omp_header_planned(options: Options) -> bool:
+    return options.builder == "pytorch-macos" and options.companion_of is None
+def sdk_path() -> Path:
+    """The macOS SDK the build compiled against (Xcode's, as the preflight required)."""
+    found = host_mod.command_output("xcrun", "--sdk", "macosx", "--show-sdk-path")
+    if not found or not Path(found).is_dir():
+        raise BuildError(
+            "xcrun --sdk macosx --show-sdk-path found no macOS SDK; the Mach-O checks read its "
+            "headers' availability annotations. Select Xcode with `sudo xcode-select -s "
+            "/Applications/Xcode.app` (the preflight names the version each line needs)."
+        )
+    return Path(found)
+
+
+def check_machos(wheel: Path, target: str, sdk: Path) -> None:
+    """Stop before delocate on a duplicate LC_RPATH, a too-new symbol or minos (macho_checks)."""
+    availability = macho_checks.sdk_availability(sdk)
+    with tempfile.TemporaryDirectory() as scratch, zipfile.ZipFile(wheel) as archive:
+        files = []
+        for number, info in enumerate(archive.infolist()):
+            if info.is_dir() or info.file_size < 16:
+                continue
+            with archive.open(info) as handle:
+                if _binaries.kind(handle.read(8)) != "macho":
+                    continue
+            local = Path(scratch) / str(number)
+            with archive.open(info) as src, local.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+            files.append((info.filename, local))
+        found = macho_checks.problems(files, target, availability)
+    if found:
+        raise BuildError(
+            f"{wheel.name}: its Mach-O files would not load on every macOS {target}+ Mac:\n  "
+            + "\n  ".join(found)
+            + f"\n(availability read from {sdk}); the wheel stays out of the index."
+        )
+
+
 def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> Path:
     record = built_record(options, python)
     raw = Path(record["wheel"])
@@ -128,6 +192,11 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                     "on a Mac, so repair it there: python -m intelmac_torch_builder repair "
                     f"--torch {options.line.version} --python {python.version}"
                 )
+            check_machos(raw, options.line.macos_deployment_target, sdk_path())
+            log.info(
+                f"{python.tag}: Mach-O checks passed (no duplicate LC_RPATH, no strong import "
+                f"newer than macOS {options.line.macos_deployment_target}, no minos above it)"
+            )
             log.run_logged(
                 delocate_argv(raw, Path(scratch), delocate_extra(options)),
                 label=f"delocate {python.tag}",
@@ -153,7 +222,11 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
             log.info(f"{python.tag}: delocate {note}")
         destination = out_dir / wheel.name
         info = build_info(options, record, note)
-        buildinfo.embed(wheel, destination, info)
+        added = buildinfo.embed(wheel, destination, info, omp_header(options, record))
+        for name in added:
+            log.info(
+                f"{python.tag}: added {name} (upstream's wheels carry it; setup.py's copy of it never runs on x86_64)"
+            )
     _fsutil.write_json_atomic(
         options.layout.dist(python) / REPAIRED, {"wheel": str(destination), "build_info": info}
     )
@@ -179,6 +252,14 @@ def plan(options: Options) -> Section:
         if options.builder == "pytorch-macos":
             steps.append(
                 Step(
+                    f"{python.tag}: Mach-O checks before delocate: no duplicate LC_RPATH, no "
+                    f"strong import of a symbol newer than macOS "
+                    f"{options.line.macos_deployment_target} (the SDK headers' availability), "
+                    "no minos above it"
+                )
+            )
+            steps.append(
+                Step(
                     f"bundle non-system libraries into the {python.tag} wheel, require x86_64"
                     + (", leave torch's libraries out" if delocate_extra(options) else ""),
                     delocate_argv(raw, out, delocate_extra(options)),
@@ -187,7 +268,15 @@ def plan(options: Options) -> Section:
         else:
             steps.append(Step(f"{python.tag}: delocate skipped (generic setuptools wheel)"))
         steps.append(
-            Step(f"add {buildinfo.FILENAME} to the wheel's .dist-info and RECORD -> {out}")
+            Step(
+                f"add {buildinfo.FILENAME} to the wheel's .dist-info and RECORD"
+                + (
+                    f", and {OMP_HEADER} when the wheel lacks it"
+                    if omp_header_planned(options)
+                    else ""
+                )
+                + f" -> {out}"
+            )
         )
     env = delocate_env(options) if options.builder == "pytorch-macos" else {}
     return Section("repair", (), env, tuple(steps))

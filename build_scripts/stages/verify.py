@@ -11,10 +11,12 @@ Checks (portable; they run on Linux too):
 - the patched code is present: every file the series creates or changes that lands in a
   wheel (Python modules, installed headers) is byte-identical to the patched tree's copy;
 - no binary looks for libraries on the build machine (Mach-O LC_RPATH / install names read
-  in pure Python; ELF RUNPATH via readelf), and Mach-O binaries carry x86_64;
+  in pure Python; ELF RUNPATH via readelf), Mach-O binaries carry x86_64, and none of them
+  (bundled dylibs included) needs a newer macOS than the line's deployment target;
 - a companion (torchvision): METADATA requires exactly our torch (``torch==2.14.1+intelmac``),
   its extension module holds the MPS kernels, and it links the libtorch of the torch
-  installed beside it (an rpath to ``@loader_path/../torch/lib``) instead of carrying its own.
+  installed beside it (an rpath to ``@loader_path/../torch/lib``) instead of carrying its own;
+  on macOS its image extension links libjpeg, libpng and libwebp and the wheel carries them.
 
 A pass writes ``verified.json`` (with the wheel's sha256) for the index stage; a failure
 removes it, so a wheel that failed never reaches the index.
@@ -43,7 +45,17 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from ..core import _binaries, _fsutil, _stage, buildinfo, companion, contract, patching
+from ..core import (
+    _binaries,
+    _fsutil,
+    _stage,
+    buildinfo,
+    companion,
+    contract,
+    image_io,
+    macho_checks,
+    patching,
+)
 from ..core._log import Log
 from ..core._plan import Section, Step
 from ..core.errors import BuildError
@@ -73,6 +85,10 @@ class Expectation:
     requires: str | None = None
     mps_markers: tuple[str, ...] = ()
     links_torch: bool = False
+    # macOS builds: no Mach-O (bundled dylibs included) may need a newer macOS than this.
+    macos_target: str | None = None
+    # A macOS torchvision: its image extension links these codecs, bundled in the wheel.
+    image_codecs: tuple[str, ...] = ()
 
 
 def expectation(options: Options, python: PythonTarget, source: SourceRecord | None) -> Expectation:
@@ -93,6 +109,7 @@ def expectation(options: Options, python: PythonTarget, source: SourceRecord | N
             requires=companion.torch_requirement(options),
             mps_markers=companion.MPS_MARKERS,
             links_torch=options.builder == "pytorch-macos",
+            image_codecs=image_io.LINKED if options.builder == "pytorch-macos" else (),
         )
     return _torch_expectation(options, python, expected_info)
 
@@ -114,6 +131,7 @@ def _torch_expectation(
             # The policy header's option names end up in libtorch_cpu only if the patched
             # MPSDevice.mm was compiled in (a stale build tree would lack them).
             compiled_markers=(contract.ALLOW_ENV, contract.DEVICE_ENV),
+            macos_target=options.line.macos_deployment_target,
         )  # fmt: skip
     host_platform = re.sub(r"[-.]", "_", sysconfig.get_platform())
     major = python.version.split(".")[0]
@@ -305,7 +323,9 @@ def check_patched_code(
     return [Finding("patched code", not problems, detail)]
 
 
-def check_binaries(archive: zipfile.ZipFile, require_arch: str | None) -> list[Finding]:
+def check_binaries(
+    archive: zipfile.ZipFile, require_arch: str | None, macos_target: str | None = None
+) -> list[Finding]:
     problems: list[str] = []
     count = 0
     elf_unchecked = 0
@@ -324,7 +344,14 @@ def check_binaries(archive: zipfile.ZipFile, require_arch: str | None) -> list[F
                     dst.write(chunk)
             if kind == "macho":
                 try:
-                    found = _binaries.macho_problems(_binaries.read_macho(local), require_arch)
+                    slices = _binaries.read_macho(local)
+                    found = _binaries.macho_problems(slices, require_arch)
+                    found += [
+                        f"[{piece.arch}] needs macOS {piece.min_macos}, above the wheel's target "
+                        f"{macos_target} (a bundled library built for a newer macOS?)"
+                        for piece in slices
+                        if macos_target and macho_checks.minos_above(piece, macos_target)
+                    ]
                 except (
                     _binaries.NotMachO,
                     struct.error,
@@ -497,6 +524,41 @@ def check_torch_linkage(archive: zipfile.ZipFile, expect: Expectation) -> list[F
     return [Finding("links our libtorch", not problems, detail)]
 
 
+def check_image_codecs(archive: zipfile.ZipFile, codecs: tuple[str, ...]) -> list[Finding]:
+    """torchvision's image extension links every codec, and the wheel carries each one.
+
+    setup.py leaves a codec out with only a warning when it cannot find it, and the
+    wheel still builds; torchvision.io.decode_jpeg then fails on the user's Mac.
+    """
+    if not codecs:
+        return []
+    members = archive.namelist()
+    modules = [name for name in members if re.fullmatch(r"torchvision/image\.[^/]*so", name)]
+    if not modules:
+        return [Finding("image codecs", False, "no torchvision/image*.so in the wheel: built "
+                        "without its image extension")]  # fmt: skip
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        local = Path(scratch) / "image.so"
+        local.write_bytes(archive.read(modules[0]))
+        try:
+            linked = [dylib for piece in _binaries.read_macho(local) for dylib in piece.dylibs]
+        except (_binaries.NotMachO, struct.error, OSError) as exc:
+            return [Finding("image codecs", False, f"{modules[0]}: unreadable Mach-O: {exc}")]
+    bundled = {Path(name).name for name in members if ".dylibs/" in name}
+    for codec in codecs:
+        names = [Path(dylib).name for dylib in linked if Path(dylib).name.startswith(codec)]
+        if not names:
+            problems.append(
+                f"{modules[0]} does not link {codec}*: setup.py did not find it (check "
+                "TORCHVISION_INCLUDE/TORCHVISION_LIBRARY and libpng-config in the build log)"
+            )
+        elif not set(names) & bundled:
+            problems.append(f"{names[0]} is linked but not bundled in .dylibs/ (did delocate run?)")
+    detail = "; ".join(problems) or f"{modules[0]} links and carries {', '.join(codecs)}"
+    return [Finding("image codecs", not problems, detail)]
+
+
 def verify_wheel(
     wheel: Path, expect: Expectation, tree: Path, patches: tuple[Path, ...]
 ) -> list[Finding]:
@@ -511,11 +573,12 @@ def verify_wheel(
             findings += check_record(archive, dist_info)
             findings += check_build_info(archive, dist_info, expect)
             findings += check_patched_code(archive, tree, patches)
-            findings += check_binaries(archive, expect.macho_arch)
+            findings += check_binaries(archive, expect.macho_arch, expect.macos_target)
             findings += check_compiled_markers(archive, expect.compiled_markers)
             findings += check_torch_requirement(archive, dist_info, expect)
             findings += check_mps_kernels(archive, expect.mps_markers)
             findings += check_torch_linkage(archive, expect)
+            findings += check_image_codecs(archive, expect.image_codecs)
     except zipfile.BadZipFile as exc:
         findings.append(Finding("zip", False, f"not a readable wheel: {exc}"))
     return findings
@@ -564,13 +627,24 @@ def plan(options: Options) -> Section:
         f", requires exactly {companion.torch_requirement(options)}, MPS kernels in "
         f"{companion.EXTENSION_PREFIX}*.so ({', '.join(companion.MPS_OPS)}), links our libtorch "
         "with no copy of its own"
+        + (
+            ", its image extension links and carries libjpeg, libpng and libwebp"
+            if options.builder == "pytorch-macos"
+            else ""
+        )
         if options.companion_of is not None
         else ""
     )
     steps = [
         Step(
             f"check {python.tag}: filename tags and +{options.catalog.local_label}, METADATA, RECORD hashes, "
-            "build info, patched files present, no build-machine rpaths" + extra
+            "build info, patched files present, no build-machine rpaths"
+            + (
+                f", no Mach-O above macOS {options.line.macos_deployment_target}"
+                if options.builder == "pytorch-macos"
+                else ""
+            )
+            + extra
         )
         for python in options.pythons
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,45 @@ def test_the_real_entry_point_prints_the_matrix() -> None:
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)["include"]) == sum(
         len(line.python) for line in catalog_module.load().lines)
+
+
+def test_test_entries_carry_the_features_the_catalog_turns_on(
+        capsys: pytest.CaptureFixture[str], raw_catalog: dict[str, Any], tmp_path: Path) -> None:
+    # Read from the YAML here, so that the expectation does not come from the code under test.
+    info = {"MKL": "mkl", "OpenBLAS": "open", "vecLib": "veclib"}
+    for entry in cli_matrix(capsys, "--kind", "test")["include"]:
+        env = next(line for line in raw_catalog["lines"]
+                   if line["version"] == entry["version"])["build_env"]
+        flags = {name: "on" if env[f"USE_{name.upper()}"] == "1" else "off"
+                 for name in ("distributed", "fbgemm", "mkldnn")}
+        assert entry["expect_features"] == f"blas={info[env['BLAS']]}," + ",".join(
+            f"{name}={value}" for name, value in flags.items())
+    # One source of truth: turning oneDNN off in the catalog changes what the checks expect.
+    path = copy_catalog(tmp_path)
+
+    def mkldnn_off(document: dict[str, Any]) -> None:
+        document["lines"][0]["build_env"] = {**document["lines"][0]["build_env"], "USE_MKLDNN": "0"}
+
+    edit_catalog(path, mkldnn_off)
+    edited = catalog_module.load(path)
+    (entry, *_) = matrix.matrix(edited, "test", [edited.lines[0]])["include"]
+    assert "mkldnn=off" in entry["expect_features"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"BLAS": None}, "build_env.BLAS is None; choose one of MKL, OpenBLAS, vecLib"),
+    ({"BLAS": "Eigen"}, "build_env.BLAS is 'Eigen'"),
+    ({"USE_DISTRIBUTED": None}, "build_env.USE_DISTRIBUTED is None; set it to \"1\" or \"0\""),
+    ({"USE_FBGEMM": "ON"}, "build_env.USE_FBGEMM is 'ON'"),
+])
+def test_a_line_must_choose_its_blas_and_features(change: dict[str, Any], message: str) -> None:
+    from intelmac_torch_builder.core import features
+
+    env = dict(catalog_module.load().lines[0].build_env)
+    for key, value in change.items():
+        if value is None:
+            env.pop(key)
+        else:
+            env[key] = value
+    with pytest.raises(CatalogError, match=re.escape(message)):
+        features.of(env, "PyTorch 9.9.9")

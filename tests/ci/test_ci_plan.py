@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from ci_support import RELEASE, copy_catalog, edit_catalog, pinned_catalog, run_cli
 from intelmac_torch_builder.core import catalog as catalog_module
+from intelmac_torch_builder.core import features
 from intelmac_torch_builder.core.errors import BuildError
 
 from intelmac_torch_builder.ci import expressions, plan
@@ -41,7 +42,8 @@ def test_line_tag_builds_one_line_with_all_its_pythons(catalog: catalog_module.C
         assert line.companion is not None
         expected = ('python ci/test_wheel.py --wheel-dir dist --expect-version '
                     f'"{catalog.wheel_version(line)}" --expect-platform "macosx_{target}_x86_64" '
-                    f'--expect-no-gpu --companion-version "{catalog.wheel_version(line.companion)}"')
+                    f'--expect-no-gpu --companion-version "{catalog.wheel_version(line.companion)}" '
+                    f'--expect-features "{features.of(line.build_env, line.title).spec()}"')
         assert commands(run) == [expected]
         setup = next(step for step in run.steps if "setup-python" in (step.uses or ""))
         assert setup.with_ == {"python-version": python}

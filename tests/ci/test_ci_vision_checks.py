@@ -39,6 +39,10 @@ def test_checks_pass_on_a_conforming_torchvision(tmp_path: Path) -> None:
                  "mps-kernels-registered", "cpu-nms", "cpu-roi_align", "cpu-ps_roi_pool",
                  "cpu-roi_pool", "cpu-ps_roi_align", "cpu-nms"):  # fmt: skip
         assert f"PASS {name}" in out
+    # Image I/O: decode and encode against Pillow, JPEG, PNG and WebP.
+    for name in ("image-io-decode-jpeg", "image-io-decode-png", "image-io-decode-webp",
+                 "image-io-encode-jpeg", "image-io-encode-png", "image-io-read-image"):
+        assert f"PASS {name}" in out
     # --device runs each op there against the CPU, forward and backward.
     for op in ("nms", "roi_align", "roi_pool", "ps_roi_align", "ps_roi_pool"):
         assert f"PASS cpu-vs-cpu-{op}" in out
@@ -79,12 +83,18 @@ def test_matrix_entries_name_the_companion_and_tags_refuse_it_unpinned(tmp_path:
         ({"requires": "torch"}, "requires-our-torch"),
         ({"requires": "torch==2.2.2"}, "requires-our-torch"),
         ({"version": "0.1.0"}, "torchvision-version: torchvision 0.1.0, expected 0.1.0+intelmac"),
+        # Built without a codec (setup.py found no libwebp / libjpeg): torchvision's own words.
+        ({"missing": ["webp"]}, "image-io-decode-webp: raised"),
+        ({"missing": ["jpeg"]}, "image-io-encode-jpeg: raised"),
+        ({"swap_channels": ["png"]}, "image-io-decode-png: decode_png: differs from Pillow's decoding"),
     ],
 )
 def test_checks_catch_a_wrong_torchvision(tmp_path: Path, knobs: dict[str, Any],
                                           failing: str) -> None:
     code, out = run_checks(stand_in(tmp_path, **knobs), "--expect-version", "0.1.0+intelmac")
-    assert code == 1, out
+    # A broken codec also fails read_image; the other knobs fail exactly one check.
+    image = {"missing", "swap_channels"} & set(knobs)
+    assert code >= 1 if image else code == 1, out
     assert f"FAIL {failing}" in out
 
 
@@ -112,3 +122,10 @@ def test_wheel_selection_keeps_torch_and_torchvision_apart(tmp_path: Path) -> No
     assert test_wheel.select_wheel(tmp_path, "cp313", project="torchvision") == stable.resolve()
     with pytest.raises(test_wheel.WheelSelectionError, match="no torchvision-"):
         test_wheel.select_wheel(tmp_path / "empty", "cp312", project="torchvision")
+
+
+def test_a_missing_codec_fails_with_torchvision_s_message(tmp_path: Path) -> None:
+    code, out = run_checks(stand_in(tmp_path, missing=["png"]), "--expect-version", "0.1.0+intelmac")
+    assert code == 3, out  # decode, encode and read_image of a PNG
+    assert "torchvision not compiled with libpng support" in out
+    assert "PASS image-io-decode-jpeg" in out and "PASS image-io-decode-webp" in out

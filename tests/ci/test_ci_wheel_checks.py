@@ -27,6 +27,7 @@ def _load_script(path: Path) -> ModuleType:
 
 
 test_wheel = _load_script(TEST_WHEEL)
+wheel_checks_module = _load_script(CHECKS)
 
 
 def run_checks(*args: str, torch_root: Path | None = None,
@@ -151,3 +152,71 @@ def test_end_to_end_fails_for_a_wheel_that_breaks_the_contract(tmp_path: Path) -
         env=hermetic_pip_env())
     assert result.returncode == 1
     assert "FAIL allow-intel-gpu-default-off" in result.stdout and "checks FAILED" in result.stdout
+
+
+#: What the test torch (the CPU wheel of PyTorch's own index) was built with.
+TEST_TORCH_FEATURES = "blas=mkl,distributed=on,fbgemm=on,mkldnn=on"
+
+
+def test_feature_checks_pass_on_the_real_cpu_torch(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("numpy")
+    result = run_checks("--only", "features", "--expect-features", TEST_TORCH_FEATURES,
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in wheel_checks_module.FEATURE_CHECKS:
+        assert f"PASS {name}" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(("spec", "failing", "why"), [
+    # A BLAS other than the one the build reports (the catalog chose another one).
+    ("blas=veclib,distributed=on,fbgemm=on,mkldnn=on", "blas-lapack-info", "BLAS_INFO=veclib"),
+    # The catalog turned FBGEMM off, but the x86/fbgemm engines are there.
+    ("blas=mkl,distributed=on,fbgemm=off,mkldnn=on", "quantized-engines", "expected ['onednn', 'qnnpack']"),
+    ("blas=mkl,distributed=on,fbgemm=on,mkldnn=off", "mkldnn", "turned oneDNN off"),
+    ("blas=mkl,distributed=off,fbgemm=on,mkldnn=on", "distributed", "turned it off"),
+])
+def test_feature_checks_catch_a_wheel_unlike_the_catalog(tmp_path: Path, spec: str, failing: str,
+                                                         why: str) -> None:
+    pytest.importorskip("torch")
+    result = run_checks("--only", "features", "--expect-features", spec, cwd=tmp_path)
+    assert result.returncode != 0
+    line = next((item for item in result.stdout.splitlines()
+                 if item.startswith(f"FAIL {failing}:")), "")
+    assert why in line, result.stdout
+
+
+def test_a_bad_feature_spec_is_refused(tmp_path: Path) -> None:
+    result = run_checks("--only", "features", "--expect-features", "blas=mkl,mkldnn=maybe",
+                        cwd=tmp_path)
+    assert result.returncode == 2
+    assert "distributed, fbgemm" in result.stderr and "mkldnn=maybe" in result.stderr
+    missing = run_checks("--only", "features", cwd=tmp_path)
+    assert missing.returncode == 2 and "needs --expect-features" in missing.stderr
+
+
+def test_build_settings_are_read_from_the_config_string() -> None:
+    show = ("PyTorch built with:\n  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release, "
+            "CXX_FLAGS= -DUSE_PTHREADPOOL -O2, LAPACK_INFO=mkl, USE_MKLDNN=ON, USE_OPENMP=ON, \n")
+    settings = wheel_checks_module.build_settings(show)
+    assert settings == {"BLAS_INFO": "mkl", "BUILD_TYPE": "Release",
+                        "CXX_FLAGS": "-DUSE_PTHREADPOOL -O2", "LAPACK_INFO": "mkl",
+                        "USE_MKLDNN": "ON", "USE_OPENMP": "ON"}
+
+
+def test_a_feature_turned_off_on_purpose_is_listed_and_checked_absent(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # A torch built like our wheels with USE_FBGEMM=0: the test torch with its x86/fbgemm
+    # engines hidden (the engine list is what a build without FBGEMM reports).
+    torch = pytest.importorskip("torch")
+    quantized = torch.backends.quantized
+    monkeypatch.setattr(type(quantized), "supported_engines",
+                        property(lambda self: ["qnnpack", "none", "onednn"]))
+    spec = wheel_checks_module.parse_features("blas=mkl,distributed=on,fbgemm=off,mkldnn=on")
+    checks = wheel_checks_module.Checks(None, False, features=spec)
+    checks.run("quantized-engines", checks.quantized_engines)
+    out = capsys.readouterr().out
+    assert checks.failures == 0, out
+    assert "PASS quantized-engines" in out
+    assert ("OFF fbgemm: turned off on purpose (USE_FBGEMM=0 in the catalog's build_env); the "
+            "x86 and fbgemm quantized engines are absent, onednn, qnnpack remain") in out

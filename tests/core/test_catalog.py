@@ -132,3 +132,37 @@ def test_fingerprint_changes_with_patch_content(tmp_path: Path) -> None:
     before = catalog.load(path).line().series_fingerprint
     (tmp_path / "0001-x.patch").write_text("changed")
     assert catalog.load(path).line().series_fingerprint != before
+
+
+@pytest.mark.parametrize(("blas_env", "blas_pins", "message"), [
+    ("MKL", None, "build_env.BLAS is 'MKL' and toolchain.blas is None; MKL needs its pinned files"),
+    (None, "mkl.txt", "build_env.BLAS is None and toolchain.blas is 'mkl.txt'"),
+    ("MKL", "missing.txt", "field 'toolchain.blas': missing.txt does not exist"),
+])
+def test_mkl_comes_with_its_pinned_files(tmp_path: Path, blas_env: str | None,
+                                         blas_pins: str | None, message: str) -> None:
+    (tmp_path / "pins.txt").write_text("")
+    (tmp_path / "mkl.txt").write_text("")
+    document = _minimal()
+    line = document["lines"][0]  # type: ignore[index]
+    line["toolchain"] = {"pins": "pins.txt", "requires": ["cmake"],
+                         **({"blas": blas_pins} if blas_pins else {})}
+    if blas_env:
+        line["build_env"] = {"BLAS": blas_env}
+    with pytest.raises(CatalogError, match="release line 1.0.0") as caught:
+        catalog.load(_write(tmp_path, document))
+    assert message in str(caught.value)
+    line["build_env"] = {"BLAS": "MKL"}
+    line["toolchain"]["blas"] = "mkl.txt"
+    loaded = catalog.load(_write(tmp_path, document)).line("1.0.0")
+    assert loaded.toolchain is not None and loaded.toolchain.blas == tmp_path / "mkl.txt"
+
+
+def test_every_shipped_line_chooses_its_blas_and_pins_mkl() -> None:
+    for line in catalog.load().lines:
+        assert line.build_env.get("BLAS") == "MKL", line.version
+        assert line.toolchain is not None and line.toolchain.blas is not None
+        text = line.toolchain.blas.read_text()
+        # Every requirement carries its sha256, so pip --require-hashes checks each file.
+        for name in ("mkl-static==2023.2.2", "mkl-include==2023.2.2"):
+            assert f"{name} \\\n    --hash=sha256:" in text

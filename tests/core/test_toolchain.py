@@ -19,7 +19,7 @@ LINES = catalog.load().lines
 def test_every_line_pins_its_build_dependencies_for_every_python(line: catalog.ReleaseLine) -> None:
     assert line.toolchain is not None, f"{line.version} has no pinned toolchain in the catalog"
     chain = toolchain.load(line.toolchain.pins)
-    assert toolchain.problems(chain, line.toolchain.requires, line.python) == []
+    assert toolchain.problems(chain, line.toolchain.requires, line.python, backend=line.build_backend) == []
     for python in line.python:
         versions = chain.versions(python)
         assert set(line.toolchain.requires) <= set(versions)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import io
+import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -207,3 +209,16 @@ def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
             else:
                 tar.addfile(info)
     return buffer.getvalue()
+
+
+def other_python() -> str | None:
+    """A CPython of another minor version: on PATH, or one pyenv installed."""
+    minor = sys.version_info[1]
+    candidates = [shutil.which(f"python3.{m}") for m in (minor + 1, minor - 1, minor + 2)]
+    pyenv = Path.home() / ".pyenv" / "versions"
+    for m in (minor + 1, minor - 1, minor + 2):
+        candidates += sorted(str(p) for p in pyenv.glob(f"3.{m}.*/bin/python3.{m}"))
+    for found in filter(None, candidates):
+        if subprocess.run([found, "-c", ""], capture_output=True, check=False).returncode == 0:
+            return found
+    return None

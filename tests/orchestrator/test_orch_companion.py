@@ -247,11 +247,17 @@ def test_intel_mac_plan_builds_torchvision_against_our_torch(
     assert env["FORCE_MPS"] == "1"
     assert env["PYTORCH_VERSION"] == f"{version}+intelmac"
     assert env["BUILD_VERSION"] == f"{tv.version}+intelmac"
-    assert env["LDFLAGS"] == "-Wl,-rpath,@loader_path/../torch/lib"
+    root = work / f"torchvision-{tv.version}"
+    codecs = root / "image-io"
+    assert env["LDFLAGS"] == f"-Wl,-rpath,@loader_path/../torch/lib -Wl,-rpath,{codecs}/lib"
+    # Image I/O: torchvision's setup.py finds the pinned codecs through its variables.
+    assert env["TORCHVISION_INCLUDE"] == f"{codecs}/include"
+    assert env["TORCHVISION_LIBRARY"] == f"{codecs}/lib"
+    assert {env[f"TORCHVISION_USE_{name}"] for name in ("JPEG", "PNG", "WEBP")} == {"1"}
+    assert any(item.startswith("# image codecs: the pinned osx-64 libjpeg-turbo, libpng, libwebp and zlib") for item in build)
     assert env["MACOSX_DEPLOYMENT_TARGET"] == line.macos_deployment_target
     assert env["_PYTHON_HOST_PLATFORM"] == f"macosx-{line.macos_deployment_target}-x86_64"
     tag = "cp" + python.replace(".", "")
-    root = work / f"torchvision-{tv.version}"
     venv = root / "venvs" / tag
     steps = commands(build)
     # The line's pinned toolchain (hash-checked), the torch wheel the torch stages of this
@@ -265,8 +271,8 @@ def test_intel_mac_plan_builds_torchvision_against_our_torch(
         f"'{work}/{version}/dist/{tag}/repaired/torch-{version}+intelmac-{tag}-<platform>.whl'"
     )
     assert steps[3] == (
-        f"(cd {root}/patched && {venv}/bin/python -m pip wheel --no-build-isolation --no-deps "
-        f"-v --wheel-dir {root}/dist/{tag}/raw .)"
+        f'(cd {root}/patched && PATH={codecs}/bin:"$PATH" {venv}/bin/python -m pip wheel '
+        f"--no-build-isolation --no-deps -v --wheel-dir {root}/dist/{tag}/raw .)"
     )
     fetch = section(companion_part, "fetch")
     assert any(tv.source.url in line_ for line_ in fetch)

@@ -7,7 +7,9 @@ the series grows); everything else is: commands, variables, folders.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
 import shlex
 import shutil
 import subprocess
@@ -17,8 +19,11 @@ from pathlib import Path
 import pytest
 from intelmac_torch_builder import cli
 from intelmac_torch_builder.core import catalog, host
+from intelmac_torch_builder.core.errors import BuildError
 from intelmac_torch_builder.core.host import GIB, MAX_JOBS_SHELL, Host
 from intelmac_torch_builder.platforms.macos import PythonPaths, rewrite_cmake_cache
+from orch_fixture import other_python
+from orch_server import FileServer
 
 INTEL = Host(
     "Darwin",
@@ -41,6 +46,7 @@ def fake_mac(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         stub.write_text("#!/bin/sh\nexit 1\n")
         stub.chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("INTELMAC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(host, "probe", lambda: INTEL)
     return bin_dir
 
@@ -79,12 +85,58 @@ def commands(lines: list[str]) -> list[str]:
     return [line for line in lines if not line.startswith(("#", "export ", "## "))]
 
 
+#: scikit-build-core's settings in the wheel command: one CMake tree in build/, reused by
+#: every Python, and the compile's output in the log.
+SKBUILD_SETTINGS = "--config-settings=build-dir=build --config-settings=build.verbose=true"
+
+
+def test_2_9_1_builds_with_pip_and_setuptools(
+    fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    build = section(dry_run(capsys, work, "--torch", "2.9.1", "--python", "3.12"), "build")
+    root, venv = work / "2.9.1", work / "2.9.1" / "venvs" / "cp312"
+    assert commands(build)[-1] == (
+        f'(cd {root}/patched && PATH={venv}/bin:"$PATH" {venv}/bin/python -m pip wheel '
+        f"--no-build-isolation --no-deps --no-index -v --wheel-dir {root}/dist/cp312/raw .)"
+    )
+    assert "CMAKE_BUILD_PARALLEL_LEVEL" not in exports(build)
+
+
 def pins(version: str) -> Path:
     return catalog.load().line(version).pins
 
 
-def base_env(version: str, deployment_target: str, jobs: int) -> dict[str, str]:
+def pinned_openmp() -> str:
+    """The pinned llvm-openmp's prefix (patches/toolchain/native.yaml) in fake_mac's cache."""
+    return f"{os.environ['INTELMAC_CACHE']}/native/llvm-openmp-11.1.0-1ebfeee2af90"
+
+
+def openmp_commands() -> list[str]:
+    """The plan's first commands: fetch the pinned llvm-openmp, give its dylib an absolute id
+    (as upstream's 2.14.1 libomp has: /opt/llvm-openmp/lib/libomp.dylib)."""
+    prefix = pinned_openmp()
+    dylib = f"{prefix}/lib/libomp.dylib"
+    return [
+        f"{sys.executable} -m intelmac_torch_builder native fetch llvm-openmp --cache {Path(prefix).parent}",
+        f"install_name_tool -id {dylib} {dylib}",
+    ]
+
+
+def mkl(work: Path, version: str) -> Path:
+    """Where the line's pinned MKL goes: once per line, beside its venvs."""
+    return work / version / "blas" / "mkl"
+
+
+def mkl_install(venv: Path, work: Path, version: str) -> str:
+    blas = catalog.load().line(version).toolchain.blas  # type: ignore[union-attr]
+    return (f"{venv}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps "
+            f"--ignore-installed --prefix {mkl(work, version)} -r {blas}")
+
+
+def base_env(version: str, deployment_target: str, jobs: int, work: Path) -> dict[str, str]:
     line = catalog.load().line(version)
+    openmp = pinned_openmp()
     return {
         "USE_MPS": "1",
         "USE_CUDA": "0",
@@ -95,12 +147,20 @@ def base_env(version: str, deployment_target: str, jobs: int) -> dict[str, str]:
         "MAX_JOBS": MAX_JOBS_SHELL,
         "CMAKE_C_COMPILER_LAUNCHER": "/usr/local/bin/ccache",
         "CMAKE_CXX_COMPILER_LAUNCHER": "/usr/local/bin/ccache",
-        "OpenMP_ROOT": "/usr/local/opt/libomp",
-        "CMAKE_PREFIX_PATH": "/usr/local/opt/libomp",
-        "CPATH": "/usr/local/opt/libomp/include",
+        # The pinned llvm-openmp, never the host's Homebrew libomp (it targets the host's macOS).
+        "OpenMP_ROOT": openmp,
+        "CMAKE_PREFIX_PATH": openmp,
+        "CPATH": f"{openmp}/include",
+        "INTEL_MKL_DIR": str(mkl(work, version)),
         "CMAKE_OSX_ARCHITECTURES": "x86_64",
         "ARCHFLAGS": "-arch x86_64",
         "_PYTHON_HOST_PLATFORM": f"macosx-{deployment_target}-x86_64",
+        # scikit-build-core runs `cmake --build`, which reads CMake's own variable.
+        **(
+            {"CMAKE_BUILD_PARALLEL_LEVEL": MAX_JOBS_SHELL}
+            if line.build_backend == "scikit-build-core"
+            else {}
+        ),
         **line.build_env,
     }
 
@@ -111,15 +171,17 @@ def test_intel_mac_plan_for_2_6_0(
     work = tmp_path / "work"
     out = dry_run(capsys, work, "--torch", "2.6.0", "--python", "3.12")
     build = section(out, "build")
-    assert exports(build) == base_env("2.6.0", "13.0", 8)
+    assert exports(build) == base_env("2.6.0", "13.0", 8, work)
     root = work / "2.6.0"
     venv = root / "venvs" / "cp312"
     assert commands(build) == [
+        *openmp_commands(),
         f"{fake_mac}/python3.12 -m venv {venv}",
         (
             f"{venv}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps "
             f"-r {pins('2.6.0')}"
         ),
+        mkl_install(venv, work, "2.6.0"),
         (
             f'(cd {root}/patched && PATH={venv}/bin:"$PATH" {venv}/bin/python setup.py '
             f"bdist_wheel --dist-dir {root}/dist/cp312/raw)"
@@ -133,7 +195,10 @@ def test_intel_mac_plan_for_2_6_0(
         "sha256:df55d490dea7934f330006d0f81e8551ba6010a5bf035a249ef61a94f21c500b"
     ) in text
     assert "#   cp312 cmake==3.31.4  cmake-3.31.4-py3-none-macosx_10_10_universal2.whl sha256:" in text
-    assert "# preflight: Xcode, macOS SDK, Metal compiler, libomp's minimum macOS" in text
+    assert (
+        "# preflight: the build backend (setuptools) imports, Xcode, macOS SDK, Metal compiler, libomp's minimum macOS"
+        in text
+    )
     assert "# native x86_64 build" in build
     assert not any("CROSS BUILD" in line for line in build)
     assert exports(section(out, "repair")) == {"MACOSX_DEPLOYMENT_TARGET": "13.0"}
@@ -158,21 +223,29 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
     # Given newest first: the plan still builds the oldest first.
     out = dry_run(capsys, work, "--torch", "2.15.0", "--python", "3.13", "--python", "3.12")
     build = section(out, "build")
-    assert exports(build) == base_env("2.15.0", "14.0", 8)
+    assert exports(build) == base_env("2.15.0", "14.0", 8, work)
     root = work / "2.15.0"
     v12, v13 = root / "venvs" / "cp312", root / "venvs" / "cp313"
     assert commands(build) == [
+        *openmp_commands(),
         f"{fake_mac}/python3.12 -m venv {v12}",
         f"{v12}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",
-        f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {v12}/bin/python -m pip wheel --no-build-isolation --no-deps -v --wheel-dir {root}/dist/cp312/raw .)',
+        mkl_install(v12, work, "2.15.0"),  # once, by the first Python
+        f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {v12}/bin/python -m pip wheel --no-build-isolation --no-deps --no-index -v --wheel-dir {root}/dist/cp312/raw {SKBUILD_SETTINGS} .)',
         f"{fake_mac}/python3.13 -m venv {v13}",
         f"{v13}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",
-        f'(cd {root}/patched && PATH={v13}/bin:"$PATH" {v13}/bin/python -m pip wheel --no-build-isolation --no-deps -v --wheel-dir {root}/dist/cp313/raw .)',
+        f'(cd {root}/patched && PATH={v13}/bin:"$PATH" {v13}/bin/python -m pip wheel --no-build-isolation --no-deps --no-index -v --wheel-dir {root}/dist/cp313/raw {SKBUILD_SETTINGS} .)',
     ]
     text = "\n".join(build)
-    assert "# wheel for cp312 (compiles everything)" in text
-    assert "# keep build/; rewrite build/CMakeCache.txt's Python paths cp312 -> cp313" in text
-    assert "# wheel for cp313 (reuses the build tree of cp312)" in text
+    assert "# preflight: the build backend (scikit-build-core) imports" in text
+    assert "# wheel for cp312 (compiles everything, scikit-build-core)" in text
+    assert (
+        "# keep build/; rewrite build/CMakeCache.txt's Python paths cp312 -> cp313 and "
+        "scikit-build-core's build/.skbuild-info.json (else it would drop the cache);"
+    ) in text
+    assert "# wheel for cp313 (reuses the build tree of cp312, scikit-build-core)" in text
+    # The configure result is checked against the catalog once, after the first compile.
+    assert text.count("# check CMake's configure result against the catalog") == 1
     assert "UNPINNED" in "\n".join(section(out, "fetch"))
 
 
@@ -195,7 +268,7 @@ def test_apple_silicon_cross_build_is_labelled(
     monkeypatch.setattr(host, "probe", lambda: arm)
     out = dry_run(capsys, tmp_path / "work", "--torch", "2.9.1", "--python", "3.11")
     build = section(out, "build")
-    expected = base_env("2.9.1", "13.0", 8)  # 16 GiB / 2: memory, not the 12 cores, bounds it
+    expected = base_env("2.9.1", "13.0", 8, tmp_path / "work")  # 16 GiB / 2: memory, not the 12 cores, bounds it
     expected.update(
         CMAKE_C_COMPILER_LAUNCHER="/opt/homebrew/bin/sccache",
         CMAKE_CXX_COMPILER_LAUNCHER="/opt/homebrew/bin/sccache",
@@ -233,6 +306,7 @@ def test_libomp_can_be_given(
     )
     env = exports(section(out, "build"))
     assert env["OpenMP_ROOT"] == env["CMAKE_PREFIX_PATH"] == "/opt/llvm-openmp"
+    assert env["INTEL_MKL_DIR"] == str(mkl(tmp_path / "work", "2.6.0"))
     assert env["CPATH"] == "/opt/llvm-openmp/include"
 
 
@@ -244,7 +318,7 @@ def test_linux_dry_run_says_the_real_run_stops(
     out = dry_run(capsys, tmp_path / "work", "--torch", "2.6.0")
     build = "\n".join(section(out, "build"))
     assert "this host is Linux: a real run stops before this stage with exit code 3" in build
-    assert "libomp NOT FOUND" in build
+    assert "OpenMP: the pinned llvm-openmp 11.1.0 (macOS 10.9+, sha256 1ebfeee2" in build
     # Sized where the plan runs, not on this 2-core Linux machine; the plan says so.
     assert f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory" in build
     assert "(here: 2 on Linux x86_64, 2 cores, 8 GiB)" in build
@@ -306,24 +380,11 @@ def test_max_jobs_is_bounded_by_memory_and_cores() -> None:
     assert host.max_jobs(Host("Darwin", "x86_64", "14", 4, 1 * GIB, None, None, None)) == 1
 
 
-def _other_python() -> str | None:
-    """Another CPython on PATH (a neighbouring minor version), or None."""
-    minor = sys.version_info[1]
-    for candidate in (minor + 1, minor - 1, minor + 2):
-        found = shutil.which(f"python3.{candidate}")
-        if (
-            found
-            and subprocess.run([found, "-c", ""], capture_output=True, check=False).returncode == 0
-        ):
-            return found
-    return None
-
-
 def test_cmake_cache_rewrite_between_two_real_interpreters(tmp_path: Path) -> None:
     """Probe two real venvs, write a cache with the first one's paths, retarget it."""
-    other = _other_python()
+    other = other_python()
     if other is None:
-        pytest.skip("needs a second CPython version on PATH")
+        pytest.skip("needs a second CPython version (on PATH or under ~/.pyenv/versions)")
     first, second = tmp_path / "venvs" / "a", tmp_path / "venvs" / "b"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(first)], check=True)
     subprocess.run([other, "-m", "venv", "--without-pip", str(second)], check=True)
@@ -415,3 +476,104 @@ def test_build_information_records_the_pinned_toolchain(fake_mac: Path) -> None:
     assert record["versions"]["cmake"] == "3.31.4" and record["versions"]["numpy"] == "2.0.2"
     info = repair.build_info(options, {"builder": "pytorch-macos", "build_requirements": record}, "n")
     assert info["build_requirements"] == record
+
+
+def test_pinned_openmp_is_fetched_checked_and_a_mismatch_stops_before_compiling(
+    fake_mac: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: FileServer
+) -> None:
+    """No --libomp: the build fetches the pinned llvm-openmp itself, before its preflight."""
+    from intelmac_torch_builder.core import native_deps
+    from intelmac_torch_builder.core._log import Log
+    from intelmac_torch_builder.core.options import resolve
+    from intelmac_torch_builder.platforms import macos
+    from test_native_deps import FILES, _tar
+
+    archive = tmp_path / "llvm-openmp-11.1.0-fixture_0.tar.bz2"
+    archive.write_bytes(_tar(FILES, "w:bz2"))
+    real = native_deps.load()["llvm-openmp"]
+    good = dataclasses.replace(
+        real,
+        url=server.serve(archive.name, archive),
+        sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+    )
+    options = resolve(
+        cli.make_parser().parse_args(["build", "--torch", "2.6.0", "--python", "3.12"])
+    )
+    log = Log.create()
+
+    monkeypatch.setattr(
+        native_deps,
+        "load",
+        lambda path=None: {"llvm-openmp": dataclasses.replace(good, sha256="0" * 64)},
+    )
+    with pytest.raises(BuildError) as refused:
+        macos.ensure_libomp(options, log)
+    assert "0" * 64 in str(refused.value) and good.sha256 in str(refused.value)
+    assert not (
+        Path(os.environ["INTELMAC_CACHE"]) / "native" / f"llvm-openmp-11.1.0-{'0' * 12}"
+    ).exists()
+
+    monkeypatch.setattr(native_deps, "load", lambda path=None: {"llvm-openmp": good})
+    prefix = macos.ensure_libomp(options, log)
+    assert prefix == macos.libomp_prefix(options)
+    assert (prefix / "include" / "omp.h").read_bytes() == FILES["include/omp.h"]
+    # The build's environment points CMake and clang at it.
+    assert macos.build_env(options, INTEL)["OpenMP_ROOT"] == str(prefix)
+
+
+def test_repair_adds_omp_h_that_setup_py_never_copies_on_x86_64(
+    fake_mac: Path, tmp_path: Path
+) -> None:
+    """2.6.0's setup.py copies omp.h only after finding @rpath/libiomp5.dylib on Intel; the
+    repair puts the build's omp.h into the wheel, in RECORD, and leaves one already there."""
+    import base64
+    import csv
+    import io
+    import zipfile
+
+    from intelmac_torch_builder.core import buildinfo
+    from intelmac_torch_builder.core.options import resolve
+    from intelmac_torch_builder.stages import repair
+
+    prefix = tmp_path / "omp"
+    (prefix / "include").mkdir(parents=True)
+    (prefix / "include" / "omp.h").write_bytes(b"#define OMP_H 1\n")
+    argv = ["repair", "--torch", "2.6.0", "--python", "3.12"]
+    options = resolve(cli.make_parser().parse_args(argv))
+    # The build records the OpenMP it compiled against (here a --libomp prefix).
+    missing = repair.omp_header(options, {"builder": "pytorch-macos", "libomp_prefix": str(prefix)})
+    assert missing == {"torch/include/omp.h": b"#define OMP_H 1\n"}
+
+    def wheel(path: Path, members: dict[str, bytes]) -> Path:
+        with zipfile.ZipFile(path, "w") as archive:
+            for name, data in members.items():
+                archive.writestr(name, data)
+            archive.writestr("torch-2.6.0.dist-info/RECORD", "".join(f"{n},,\n" for n in members))
+        return path
+
+    without = wheel(tmp_path / "a.whl", {"torch/__init__.py": b""})
+    assert buildinfo.embed(without, tmp_path / "out" / "a.whl", {"x": 1}, missing) == [
+        "torch/include/omp.h"
+    ]
+    with zipfile.ZipFile(tmp_path / "out" / "a.whl") as archive:
+        assert archive.read("torch/include/omp.h") == b"#define OMP_H 1\n"
+        rows = {
+            row[0]: row[1]
+            for row in csv.reader(
+                io.StringIO(archive.read("torch-2.6.0.dist-info/RECORD").decode())
+            )
+            if row
+        }
+    digest = (
+        base64.urlsafe_b64encode(hashlib.sha256(b"#define OMP_H 1\n").digest())
+        .rstrip(b"=")
+        .decode()
+    )
+    assert rows["torch/include/omp.h"] == f"sha256={digest}"
+
+    already = wheel(tmp_path / "b.whl", {"torch/include/omp.h": b"upstream's\n"})
+    assert buildinfo.embed(already, tmp_path / "out" / "b.whl", {"x": 1}, missing) == []
+    with zipfile.ZipFile(tmp_path / "out" / "b.whl") as archive:
+        assert archive.read("torch/include/omp.h") == b"upstream's\n"
+    # A generic (not macOS PyTorch) wheel gets nothing.
+    assert repair.omp_header(options, {"builder": "setuptools"}) == {}

@@ -1,0 +1,228 @@
+"""End to end: a scikit-build-core upstream (as PyTorch 2.14 and later are) through the pipeline.
+
+The fixture (``orch_skbuild``) is served over HTTP on 127.0.0.1, patched by the fixture
+series and built with the wheel command the PyTorch build of a scikit-build-core line runs
+(``core/backend.py``): the version label reaches the metadata, the line's USE_*/BUILD_*/
+CMAKE_* variables reach the compile, and a second Python reuses the first one's CMake tree.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from intelmac_torch_builder.core import backend
+from orch_fixture import (
+    make_tarball,
+    other_python,
+    sha256,
+    write_catalog,
+    write_series,
+    write_tree,
+)
+from orch_project import VERSION, Project
+from orch_server import FileServer
+from orch_skbuild import upstream_files
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake on PATH"),
+    pytest.mark.skipif(
+        shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler"
+    ),
+]
+pytest.importorskip("scikit_build_core", reason="needs scikit-build-core (the test extras)")
+
+#: The line's build variables, as a catalog line gives them to the build.
+BUILD_ENV = {
+    "USE_MPS": "1",
+    "BUILD_TEST": "0",
+    "CMAKE_C_FLAGS": "-DFIXTURE_FROM_CMAKE_C_FLAGS=1",
+}
+
+
+@pytest.fixture
+def skbuild_project(
+    tmp_path: Path, server: FileServer, capsys: pytest.CaptureFixture[str]
+) -> Project:
+    tree = write_tree(tmp_path / "upstream" / f"pytorch-v{VERSION}", upstream_files(VERSION))
+    tarball = make_tarball(tree, tmp_path / f"pytorch-v{VERSION}.tar.gz", f"pytorch-v{VERSION}")
+    url = server.serve(tarball.name, tarball)
+    catalog_dir = tmp_path / "catalog"
+    patches = write_series(catalog_dir / "fixture")
+    digest = sha256(tarball)
+    entry = {"version": VERSION, "url": url, "sha256": digest, "patches": patches}
+    catalog = write_catalog(catalog_dir, [{**entry, "build_env": BUILD_ENV}])
+    return Project(tmp_path, server, capsys, catalog, tarball, url, digest, patches)
+
+
+def _run_from_wheel(python: str, wheel: Path, target: Path) -> list[str]:
+    """``torch._C``'s report, imported by ``python`` from ``wheel`` unpacked in ``target``."""
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(target)
+    code = (
+        "import torch, torch._C as c; "
+        "print(torch.__version__); print(c.version()); print(c.built_for()); print(c.config())"
+    )
+    result = subprocess.run(
+        [python, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=target,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def _core_object(tree: Path) -> Path:
+    """The compiled object of the part of the extension that does not include Python.h."""
+    found = glob.glob(str(tree / "build" / "**" / "core.c.o"), recursive=True)
+    assert len(found) == 1, found
+    return Path(found[0])
+
+
+def _configure_id(tree: Path) -> str:
+    text = (tree / "build" / "CMakeCache.txt").read_text()
+    match = re.search(r"^FIXTURE_CONFIGURE_ID:STRING=(\w+)$", text, re.MULTILINE)
+    assert match, "the fixture's first configure did not record itself"
+    return match[1]
+
+
+def _version(python: str) -> str:
+    out = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout.strip()
+
+
+def test_skbuild_tree_from_http_to_a_wheel_with_label_and_variables(
+    skbuild_project: Project, tmp_path: Path
+) -> None:
+    project = skbuild_project
+    result = project.cli("all", "--builder", "scikit-build-core")
+    assert result.code == 0, result.text
+    wheels = sorted(project.wheels.glob("*.whl"))
+    assert [w.name.split("-")[1] for w in wheels] == [f"{VERSION}+intelmac"]
+    version, cmake_version, built_for, config = _run_from_wheel(
+        sys.executable, wheels[0], tmp_path / "unpacked"
+    )
+    # The label reached the metadata and CMake (SKBUILD_PROJECT_VERSION_FULL).
+    assert version == cmake_version == f"{VERSION}+intelmac"
+    assert built_for == _version(sys.executable)
+    tree = project.work / VERSION / "patched"
+    assert (
+        config == f"USE_MPS=1;BUILD_TEST=0;CMAKE_C_FLAGS=forwarded;configure={_configure_id(tree)}"
+    )
+    # The CMake tree is the source tree's build/ (build-dir=build), where the next Python
+    # finds it.
+    assert (tree / "build" / ".skbuild-info.json").is_file()
+
+    # Building again keeps the tree: the same configure, and the object without Python.h
+    # is not compiled again.
+    core = _core_object(tree)
+    before, configured = core.stat().st_mtime_ns, _configure_id(tree)
+    again = project.cli("build", "--builder", "scikit-build-core")
+    assert again.code == 0, again.text
+    assert _configure_id(tree) == configured
+    assert _core_object(tree).stat().st_mtime_ns == before
+
+
+def test_skbuild_tree_refused_when_the_backend_differs(skbuild_project: Project) -> None:
+    project = skbuild_project
+    assert project.cli("fetch").code == 0
+    assert project.cli("patch").code == 0
+    result = project.cli("build", "--builder", "setuptools")
+    assert result.code != 0
+    assert "names 'scikit_build_core.build'" in result.text
+    assert "catalog builds this line with setuptools" in result.text
+    assert not list((project.work / VERSION).glob("dist/*/raw/*.whl"))
+
+
+def test_backend_that_does_not_import_is_named_with_its_fix(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[build-system]\nbuild-backend = "scikit_build_core.build"\n'
+    )
+    missing = backend.Backend("scikit-build-core", "no_such_backend_module.build", "no-such")
+    found = backend.problems(missing, tmp_path, sys.executable, "pip install -r pins.txt")
+    assert any(
+        "does not import" in problem
+        and "ModuleNotFoundError" in problem
+        and problem.endswith("pip install -r pins.txt")
+        for problem in found
+    ), found
+
+
+def _venv_with_backend(python: str, venv: Path) -> Path:
+    """A venv of ``python`` that imports scikit-build-core from its own site-packages.
+
+    The copies (not links) put the backend in another folder than the first Python's, as
+    each build venv of a real run does: scikit-build-core notices that and, unless told
+    otherwise, throws the CMake cache away.
+    """
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    interpreter = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(interpreter), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    import packaging
+    import pathspec
+    import scikit_build_core
+
+    for module in (scikit_build_core, packaging, pathspec):
+        source = Path(module.__file__ or "").parent
+        shutil.copytree(source, Path(purelib) / source.name)
+    return interpreter
+
+
+def test_two_pythons_reuse_one_skbuild_tree(skbuild_project: Project, tmp_path: Path) -> None:
+    other = other_python()
+    if other is None:
+        pytest.skip("needs a second CPython version (on PATH or under ~/.pyenv/versions)")
+    if tuple(int(x) for x in _version(other).split(".")[:2]) < (3, 11):
+        pytest.skip(f"{other} is older than 3.11: scikit-build-core would need tomli there")
+    project = skbuild_project
+    second = _venv_with_backend(other, tmp_path / "second")
+    ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    project.rewrite_catalog(
+        python=[ours, ".".join(_version(other).split(".")[:2])], build_env=BUILD_ENV
+    )
+    assert project.cli("fetch").code == 0 and project.cli("patch").code == 0
+    result = project.cli(
+        "build",
+        "--builder",
+        "scikit-build-core",
+        "--python",
+        sys.executable,
+        "--python",
+        str(second),
+    )
+    assert result.code == 0, result.text
+    tree = project.work / VERSION / "patched"
+    first_tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    second_tag = "cp" + "".join(_version(other).split(".")[:2])
+    wheels = {
+        tag: next((project.work / VERSION / "dist" / tag / "raw").glob("*.whl"))
+        for tag in (first_tag, second_tag)
+    }
+
+    # The second Python's wheel was compiled against its own Python.h ...
+    _, _, built_for, config = _run_from_wheel(other, wheels[second_tag], tmp_path / "two")
+    assert built_for == _version(other)
+    # ... in the tree the first one configured: the same configure, and the object
+    # without Python.h compiled once.
+    assert config.endswith(f";configure={_configure_id(tree)}")
+    first_config = _run_from_wheel(sys.executable, wheels[first_tag], tmp_path / "one")[3]
+    assert first_config == config
+    log = (project.work / VERSION / "logs" / f"build-{second_tag}.log").read_text()
+    assert "clearing cache" not in log
+    assert not re.search(r"Building C object \S*core\.c\.o", log), "core.c was compiled again"
