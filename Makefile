@@ -62,9 +62,16 @@ EDITABLE = mkdir -p $(dir $(EDITABLE_CFG)) && \
   printf '[egg_info]\negg_base = $(dir $(EDITABLE_CFG))\n' > $(EDITABLE_CFG) && \
   export DIST_EXTRA_CONFIG=$(CURDIR)/$(EDITABLE_CFG) &&
 
-$(VENV)/.stamp: pyproject.toml
+# On a Mac the repair stage's delocate comes pinned with hashes first (patches/toolchain/repair.txt).
+REPAIR_PINS := patches/toolchain/repair.txt
+
+$(VENV)/.stamp: pyproject.toml $(REPAIR_PINS)
 	$(HOST_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	@if [ "$$(uname -s)" = Darwin ]; then \
+	  echo "$(PY) -m pip install -q --require-hashes --no-deps -r $(REPAIR_PINS)"; \
+	  $(PY) -m pip install -q --require-hashes --no-deps -r $(REPAIR_PINS) || exit 1; \
+	fi
 	$(EDITABLE) $(PY) -m pip install -q -e '.[test]'
 	touch $@
 

@@ -21,6 +21,13 @@ def selection_arguments() -> argparse.ArgumentParser:
     common.add_argument("--lines", metavar="LIST", default=None,
                         help="comma-separated torch lines, or 'all' (as the workflow_dispatch "
                         "input gives them)")
+    common.add_argument("--pythons", metavar="LIST", default=None,
+                        help="comma-separated Pythons to build of each selected line, or 'all' "
+                        "(one line and one Python: the canary)")
+    common.add_argument("--event", metavar="NAME", default="",
+                        help="the GitHub event (github.event_name); 'schedule' is the compiler "
+                        "cache refresh: the lines whose cache fits the repository's, default "
+                        "line first")
     return common
 
 

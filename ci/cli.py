@@ -22,7 +22,8 @@ def _load(args: argparse.Namespace) -> catalog_module.Catalog:
 
 def run_matrix(args: argparse.Namespace) -> int:
     catalog = _load(args)
-    lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines)
+    lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines,
+                                       pythons=args.pythons, refresh=args.event == "schedule")
     if args.kind == "all":
         document: dict[str, Any] = matrix_module.all_matrices(catalog, lines)
     else:
@@ -57,7 +58,8 @@ def run_plan(args: argparse.Namespace) -> int:
             raise BuildError(f"--var needs NAME=VALUE, got '{item}'")
         variables[name] = value
     plan = plan_module.make_plan(workflow, catalog, tag=args.tag or None, lines=args.lines,
-                                 repository=args.repo, variables=variables)
+                                 pythons=args.pythons, repository=args.repo,
+                                 variables=variables)
     text = plan_module.render(plan)
     sys.stdout.write(text)
     return 0

@@ -49,6 +49,8 @@ _TOKEN = re.compile(
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_-]*(?:\.[A-Za-z_*][A-Za-z0-9_-]*)*))"
 )
 _INTERPOLATION = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+#: A string that is exactly one expression (not two side by side: "${{ a }}-${{ b }}").
+_WHOLE = re.compile(r"\$\{\{((?:(?!\}\}).)*)\}\}", re.DOTALL)
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
@@ -132,8 +134,11 @@ class _Parser:
             self._take()
             right = self._and()
             test = truthy(left)
-            left = Unknown(f"{left} || {right}") if isinstance(test, Unknown) else (
-                left if test else right)
+            if isinstance(test, Unknown):
+                # Either side's value: truthy whatever the left is, if the right is.
+                left = right if truthy(right) is True else Unknown(f"{left} || {right}")
+            else:
+                left = left if test else right
         return left
 
     def _and(self) -> Any:
@@ -142,8 +147,11 @@ class _Parser:
             self._take()
             right = self._compare()
             test = truthy(left)
-            left = Unknown(f"{left} && {right}") if isinstance(test, Unknown) else (
-                right if test else left)
+            if isinstance(test, Unknown):
+                # Either side's value: falsy whatever the left is, if the right is.
+                left = right if truthy(right) is False else Unknown(f"{left} && {right}")
+            else:
+                left = right if test else left
         return left
 
     def _compare(self) -> Any:
@@ -253,7 +261,7 @@ def interpolate(value: Any, contexts: Mapping[str, Any]) -> Any:
         return [interpolate(item, contexts) for item in value]
     if not isinstance(value, str):
         return value
-    whole = _INTERPOLATION.fullmatch(value.strip())
+    whole = _WHOLE.fullmatch(value.strip())
     if whole:
         return evaluate(whole.group(1), contexts)
     return _INTERPOLATION.sub(lambda m: to_string(evaluate(m.group(1), contexts)), value)
@@ -264,7 +272,7 @@ def condition(text: Any, contexts: Mapping[str, Any]) -> bool | Unknown:
     if isinstance(text, bool):
         return text
     source = str(text).strip()
-    whole = _INTERPOLATION.fullmatch(source)
+    whole = _WHOLE.fullmatch(source)
     return truthy(evaluate(whole.group(1) if whole else source, contexts))
 
 

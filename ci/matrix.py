@@ -6,9 +6,12 @@ torch line does not support can never appear.
 
 Kinds (one per consumer in the workflows):
 
-* ``build``  - one entry per torch line; the job builds all of the line's Pythons, the first
-  compiles everything and the rest reuse the build tree, then the line's torchvision
-  companion against that torch (``make build`` builds both).
+* ``build``  - one entry per torch line, for the warm-up jobs: they compile the line's
+  Python-independent bulk once, into a compiler cache, in as many time-boxed jobs as it
+  takes (``budget.WARMUP_JOBS`` at most).
+* ``wheel``  - one entry per (line, Python) pair: build, repair and verify that Python's
+  wheel from the warm cache; torchvision too where its wheel is per Python, else in the
+  line's newest Python only (its wheel is py3-none, one for every Python).
 * ``test``   - one entry per (line, Python) pair: install the wheel, and the companion's
   wheel beside it, into a fresh venv.
 * ``verify`` - one entry per line: fetch the catalogued tarball and apply its series.
@@ -17,6 +20,7 @@ Kinds (one per consumer in the workflows):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -25,17 +29,19 @@ from typing import Any
 from ..core import features
 from ..core.catalog import Catalog, ReleaseLine
 from ..core.errors import BuildError
+from ..core import preflight
+from . import budget
 
 #: GitHub's x86_64 macOS image (macos-13 was retired in Dec 2025; this one lives to Aug 2027).
 BUILD_RUNNER = "macos-15-intel"
 #: Labels a self-hosted Intel Mac with a Metal GPU registers with (docs/releasing.md).
 GPU_RUNNER_LABELS: tuple[str, ...] = ("self-hosted", "macOS", "X64", "intel-gpu")
-#: Xcode the build job selects when the image has it; community x86_64 builders use 16.4.
+#: Xcode for a line whose catalog entry names none; community x86_64 builders use 16.4.
 XCODE_VERSION = "16.4"
 #: Linux runner for the jobs that need no Mac (patch verification, lint, tests).
 LINUX_RUNNER = "ubuntu-24.04"
 
-KINDS: tuple[str, ...] = ("build", "test", "verify", "regress")
+KINDS: tuple[str, ...] = ("build", "wheel", "test", "verify", "regress")
 
 #: ``v<torch line>-<build number>``: release one line, e.g. v2.15.0-1.
 LINE_TAG = re.compile(r"^v(?P<version>\d+\.\d+\.\d+)-(?P<build>[1-9]\d*)$")
@@ -90,19 +96,53 @@ def refuse_unpinned(catalog: Catalog, tag: str, versions: Sequence[str]) -> None
         )
 
 
-def select_lines(catalog: Catalog, *, tag: str | None = None,
-                 lines: str | None = None) -> tuple[ReleaseLine, ...]:
-    """The catalog's lines, narrowed by a tag or by a comma list ('all' or empty: every line)."""
+def _listed(text: str | None) -> list[str]:
+    """A comma or space separated list; empty for none, '' or 'all'."""
+    if not text or text.strip() in ("", "all"):
+        return []
+    return [part.strip() for part in re.split(r"[,\s]+", text.strip()) if part.strip()]
+
+
+def _narrow_pythons(line: ReleaseLine, pythons: str | None) -> ReleaseLine:
+    """The line with only the Pythons asked for (each must be one the line supports)."""
+    wanted = _listed(pythons)
+    if not wanted:
+        return line
+    unknown = [python for python in wanted if python not in line.python]
+    if unknown:
+        raise BuildError(
+            f"PyTorch {line.version} is not built for Python {', '.join(unknown)}; its Pythons "
+            f"are {', '.join(line.python)} (patches/catalog.yaml)."
+        )
+    return dataclasses.replace(line, python=tuple(p for p in line.python if p in wanted))
+
+
+def refresh_lines(catalog: Catalog) -> tuple[ReleaseLine, ...]:
+    """The lines the scheduled refresh keeps warm: as many as the repository's cache holds,
+    the default line first, then the newest."""
+    order = [catalog.line(catalog.default_version)] + [
+        line for line in catalog.lines if line.version != catalog.default_version]
+    return tuple(order[:budget.cache_lines_that_fit()])
+
+
+def select_lines(catalog: Catalog, *, tag: str | None = None, lines: str | None = None,
+                 pythons: str | None = None, refresh: bool = False) -> tuple[ReleaseLine, ...]:
+    """The catalog's lines, narrowed by a tag or by a comma list ('all' or empty: every line),
+    and their Pythons by another ('all' or empty: every one)."""
     if tag and lines and lines.strip() not in ("", "all"):
         raise BuildError("Give either --tag or --lines, not both.")
+    if tag and _listed(pythons):
+        raise BuildError("A release tag builds every Python of its lines; --pythons is for "
+                         "workflow_dispatch runs (the canary).")
+    if refresh:
+        return refresh_lines(catalog)
     if tag:
         wanted: Sequence[str] = versions_for_tag(catalog, tag).versions
         refuse_unpinned(catalog, tag, wanted)
-    elif lines and lines.strip() not in ("", "all"):
-        wanted = [part.strip() for part in re.split(r"[,\s]+", lines.strip()) if part.strip()]
     else:
-        wanted = catalog.versions
-    return tuple(catalog.line(version) for version in dict.fromkeys(wanted))
+        wanted = _listed(lines) or catalog.versions
+    return tuple(_narrow_pythons(catalog.line(version), pythons)
+                 for version in dict.fromkeys(wanted))
 
 
 def platform_tag(deployment_target: str) -> str:
@@ -128,7 +168,6 @@ def _line_fields(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
         # What the torch wheel must carry (ci/wheel_checks.py --expect-features), from the
         # same build_env the build uses.
         "expect_features": features.of(line.build_env, line.title).spec(),
-        "artifact": f"wheels-{line.version}",
         **_companion_fields(catalog, line),
     }
 
@@ -149,23 +188,66 @@ def _all_pinned(line: ReleaseLine) -> bool:
     )
 
 
-def build_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
+def _fetch_fields(line: ReleaseLine) -> dict[str, Any]:
     pinned = _all_pinned(line)
     return {
-        **_line_fields(catalog, line),
         # Only a workflow_dispatch trial build can reach an unpinned line (tags refuse it).
         "pinned": pinned,
         "fetch_args": "" if pinned else "--trust-on-first-use",
-        "python": list(line.python),
-        # The forms the steps need, so that no step has to reformat a list in shell.
-        "python_args": " ".join(line.python),  # make build PYTHON="3.11 3.12"
-        "python_lines": "\n".join(line.python),  # actions/setup-python multi-line input
-        "xcode": XCODE_VERSION,
+        "xcode": line.xcode or XCODE_VERSION,
+        # The artifacts that hand the warm compiler cache from job to job within a run.
+        "ccache_artifact": f"ccache-{line.version}",
+        "state_artifact": f"warmup-state-{line.version}",
+        "ccache_maxsize": budget.ccache_maxsize(),
+        # The preflight's free-disk need (docs/releasing.md, "Disk"); the runner's clean-up
+        # step frees it.
+        "min_free_gib": preflight.min_free_gib(),
     }
 
 
+def build_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
+    """A warm-up job: the line's newest Python, torch alone, within the compile time box."""
+    return {
+        **_line_fields(catalog, line),
+        **_fetch_fields(line),
+        "python": line.python[-1],
+        "compile_minutes": budget.compile_minutes(),
+        "logs_artifact": f"logs-warmup-{line.version}",
+    }
+
+
+def _vision_here(line: ReleaseLine, python: str) -> bool:
+    """Whether the wheel job of ``python`` builds the line's torchvision too."""
+    if line.companion is None:
+        return False
+    return budget.companion_per_python(line) or python == line.python[-1]
+
+
+def wheel_entries(catalog: Catalog, line: ReleaseLine) -> list[dict[str, Any]]:
+    """One job per Python: that wheel from the warm cache, repaired and verified."""
+    entries = []
+    for python in line.python:
+        vision = _vision_here(line, python)
+        entries.append({
+            **_line_fields(catalog, line),
+            **_fetch_fields(line),
+            "python": python,
+            "vision": vision,
+            "torch_only_args": "" if vision or line.companion is None else "--torch-only",
+            "artifact": f"wheels-{line.version}-{python}",
+            "logs_artifact": f"logs-{line.version}-{python}",
+        })
+    return entries
+
+
 def test_entries(catalog: Catalog, line: ReleaseLine) -> list[dict[str, Any]]:
-    return [{**_line_fields(catalog, line), "python": python} for python in line.python]
+    vision_from = line.python[-1] if line.companion and not budget.companion_per_python(line) else ""
+    return [{**_line_fields(catalog, line), "python": python,
+             "artifact": f"wheels-{line.version}-{python}",
+             # A py3-none torchvision is built once, in the newest Python's job.
+             "vision_artifact": f"wheels-{line.version}-{vision_from or python}",
+             "tested_artifact": f"tested-{line.version}-{python}"}
+            for python in line.python]
 
 
 def verify_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
@@ -185,6 +267,7 @@ def regress_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
     return {
         **_line_fields(catalog, line),
         "python": line.python[-1],
+        "artifact": f"wheels-{line.version}-{line.python[-1]}",
         "runs_on": list(GPU_RUNNER_LABELS),
     }
 
@@ -195,6 +278,8 @@ def matrix(catalog: Catalog, kind: str, lines: Iterable[ReleaseLine]) -> dict[st
     for line in lines:
         if kind == "build":
             include.append(build_entry(catalog, line))
+        elif kind == "wheel":
+            include.extend(wheel_entries(catalog, line))
         elif kind == "test":
             include.extend(test_entries(catalog, line))
         elif kind == "verify":

@@ -29,7 +29,7 @@ import yaml
 
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
-from . import _args, expressions
+from . import _args, budget, expressions
 from . import matrix as matrix_module
 from .expressions import Unknown
 
@@ -56,6 +56,7 @@ class JobRun:
     runs_on: str
     env: dict[str, str]
     steps: list[Step]
+    budget_minutes: float = 0.0  # the time model's minutes for this run (ci/budget.py)
 
 
 @dataclass
@@ -117,11 +118,12 @@ def _needs(job: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _event_contexts(workflow: Mapping[str, Any], catalog: Catalog, tag: str | None,
-                    lines: str | None, repository: str,
+                    lines: str | None, pythons: str | None, repository: str,
                     variables: Mapping[str, str]) -> tuple[str, str, dict[str, Any]]:
     triggers = workflow["on"]
     github: dict[str, Any] = {
         "repository": repository,
+        "event": {"repository": {"default_branch": "main"}},
         "repository_owner": repository.split("/")[0],
         "server_url": "https://github.com",
         "run_id": Unknown("github.run_id"),
@@ -144,6 +146,8 @@ def _event_contexts(workflow: Mapping[str, Any], catalog: Catalog, tag: str | No
         inputs = {name: spec.get("default", "") for name, spec in declared.items()}
         if lines is not None:
             inputs["lines"] = lines
+        if pythons is not None:
+            inputs["pythons"] = pythons
         github.update(event_name="workflow_dispatch", ref="refs/heads/main", ref_name="main",
                       ref_type="branch")
         event = "workflow_dispatch"
@@ -226,7 +230,8 @@ def _run_matrix_step(command: str, catalog: Catalog) -> dict[str, str] | None:
         from ..core import catalog as catalog_module
 
         catalog = catalog_module.load(Path(args.catalog))
-    lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines)
+    lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines,
+                                       pythons=args.pythons or None, refresh=args.event == "schedule")
     if args.kind == "all":
         document = matrix_module.all_matrices(catalog, lines)
     else:
@@ -259,7 +264,8 @@ def _job_runs(job: Mapping[str, Any], job_id: str, contexts: dict[str, Any],
         # Step outputs exist only at run time, except the matrix step's, computed below.
         step_ids = {raw["id"]: Unknown(f"steps.{raw['id']}")
                     for raw in job.get("steps", []) if "id" in raw}
-        local = {**contexts, "matrix": entry, "steps": step_ids}
+        github = {**contexts["github"], "job": job_id}
+        local = {**contexts, "github": github, "matrix": entry, "steps": step_ids}
         name = expressions.to_string(expressions.interpolate(job.get("name", job_id), local))
         runs_on = expressions.interpolate(job.get("runs-on", ""), local)
         runs_on_text = ", ".join(map(str, runs_on)) if isinstance(runs_on, list) else str(runs_on)
@@ -298,16 +304,35 @@ def _job_runs(job: Mapping[str, Any], job_id: str, contexts: dict[str, Any],
         # Job outputs: a matrix job's outputs are those of its last entry, as on GitHub.
         outputs = {key: expressions.interpolate(value, local)
                    for key, value in (job.get("outputs") or {}).items()}
-        runs.append(JobRun(name=name, runs_on=runs_on_text, env=env, steps=steps))
+        runs.append(JobRun(name=name, runs_on=runs_on_text, env=env, steps=steps,
+                           budget_minutes=_modelled(job_id, job, entry, catalog)))
     return runs, outputs
 
 
+def _model_kind(job_id: str) -> str:
+    """The time model's name for a job: the warm-up jobs share one."""
+    return "warmup" if re.fullmatch(r"warmup(-\d+)?", job_id) else job_id
+
+
+def _modelled(job_id: str, job: Mapping[str, Any], entry: Mapping[str, Any],
+              catalog: Catalog) -> float:
+    version = entry.get("version")
+    line = catalog.line(version) if isinstance(version, str) else None
+    return budget.job_minutes(_model_kind(job_id), line, vision=bool(entry.get("vision")),
+                              timeout_minutes=_timeout(job))
+
+
+def _timeout(job: Mapping[str, Any]) -> float:
+    return float(job.get("timeout-minutes", budget.figure("job_limit")))
+
+
 def make_plan(workflow_path: Path, catalog: Catalog, *, tag: str | None = None,
-              lines: str | None = None, repository: str = DEFAULT_REPOSITORY,
+              lines: str | None = None, pythons: str | None = None,
+              repository: str = DEFAULT_REPOSITORY,
               variables: Mapping[str, str] | None = None) -> Plan:
     workflow = _load_workflow(workflow_path)
     event, description, contexts = _event_contexts(
-        workflow, catalog, tag, lines, repository, variables or {})
+        workflow, catalog, tag, lines, pythons, repository, variables or {})
     workflow_env = _strings(workflow.get("env"), contexts)
     jobs_yaml: Mapping[str, Any] = workflow["jobs"]
     jobs: list[Job] = []
@@ -362,11 +387,12 @@ def render(plan: Plan) -> str:
     out.append(f"Workflow {shown}, event: {plan.description}")
     out.append("Assumes every job succeeds; <...> values exist only at run time.")
     out.append("")
-    out.append("Job graph:")
+    out.append("Job graph (budget: the time model's minutes, ci/budget.py, against "
+               f"{budget.figure('budget_share'):.0%} of the job's timeout):")
     for job in plan.jobs:
         needs = f" <- {', '.join(job.needs)}" if job.needs else ""
         count = f" x{len(job.runs)}" if len(job.runs) > 1 else ""
-        out.append(f"  {job.id}{count}{needs}  [{job.status}]")
+        out.append(f"  {job.id}{count}{needs}  [{job.status}]{_budget_text(job)}")
     for job in plan.jobs:
         out.append("")
         out.append("=" * 78)
@@ -375,7 +401,10 @@ def render(plan: Plan) -> str:
                    f"{_permissions_text(job.permissions)};  timeout: {job.timeout_minutes} min")
         for run in job.runs:
             out.append("")
-            out.append(f"  -- {run.name}  (runs-on: {run.runs_on})")
+            measured = budget.MEASURED.get(run.name)
+            seen = f"; measured {measured:g} min" if measured is not None else ""
+            out.append(f"  -- {run.name}  (runs-on: {run.runs_on}; budget "
+                       f"{run.budget_minutes:.0f} min{seen})")
             for number, step in enumerate(run.steps, start=1):
                 head = f"    {number}. {step.name}"
                 if step.condition:
@@ -395,6 +424,27 @@ def render(plan: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
+def _budget_text(job: Job) -> str:
+    if not job.runs:
+        return ""
+    limit = budget.job_budget(float(job.timeout_minutes))
+    low = min(run.budget_minutes for run in job.runs)
+    high = max(run.budget_minutes for run in job.runs)
+    span = f"{low:.0f}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}"
+    return f"  budget {span} of {limit:.0f} min ({job.timeout_minutes} min timeout)"
+
+
+def over_budget(plan: Plan) -> list[str]:
+    """Every job run whose modelled minutes exceed its share of the job's timeout."""
+    found = []
+    for job in plan.jobs:
+        limit = budget.job_budget(float(job.timeout_minutes))
+        found += [f"{run.name}: {run.budget_minutes:.0f} min modelled > {limit:.0f} min "
+                  f"({budget.figure('budget_share'):.0%} of {job.timeout_minutes})"
+                  for run in job.runs if run.budget_minutes > limit]
+    return found
+
+
 def plan_commands(plan: Plan) -> dict[str, list[str]]:
     """Every run-step command of the plan, keyed by the job run's name (for tests and tools)."""
     commands: dict[str, list[str]] = {}
@@ -411,4 +461,5 @@ def job(plan: Plan, job_id: str) -> Job:
     raise KeyError(job_id)
 
 
-__all__: Sequence[str] = ("RELEASE_WORKFLOW", "Plan", "job", "make_plan", "plan_commands", "render")
+__all__: Sequence[str] = ("RELEASE_WORKFLOW", "Plan", "job", "make_plan", "over_budget",
+                          "plan_commands", "render")

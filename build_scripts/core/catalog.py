@@ -73,6 +73,7 @@ class ReleaseLine:
     build_env: Mapping[str, str]
     toolchain: ToolchainSpec | None  # None: no pinned toolchain (only fixtures lack one)
     macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
+    xcode: str | None = None  # the Xcode it is built with (None: any new enough for the SDK)
     build_backend: str = "setuptools"  # the PEP 517 backend of the release (core/backend.py)
     name: str = "torch"  # the distribution this line builds
     # A torch line: the companion built after it. A companion: the torch version it pairs
@@ -237,6 +238,7 @@ def _companion(path: Path, where: str, line: ReleaseLine, raw: dict[str, Any]) -
         # The line's pinned toolchain builds the companion too (setuptools, wheel, ninja).
         toolchain=line.toolchain,
         macos_sdk_min=line.macos_sdk_min,
+        xcode=line.xcode,
         name=raw["name"],
         pairs_with=line.version,
         pair_evidence=raw["pair_evidence"],
@@ -297,6 +299,7 @@ def parse(path: Path, document: Any) -> Catalog:
             toolchain=spec,
             # MPS needs at least the SDK of the macOS it runs on.
             macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
+            xcode=raw.get("xcode"),
             build_backend=raw.get("build_backend", "setuptools"),
         )
         if "companion" in raw:

@@ -9,6 +9,7 @@ hand in facts of their own, and Mach-O files they write, on any OS.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,9 +22,32 @@ from ..core.errors import BuildError
 from . import _binaries
 
 GIB = 1024**3
-#: A PyTorch build tree with its objects is 15-25 GB, and ccache, the venvs and the wheels
-#: come on top; below this much free space the compile is likely to die near its end.
-MIN_FREE_BYTES = 40 * GIB
+#: What one build of a line keeps on disk at its peak, in GiB (docs/releasing.md, "Disk"):
+#: below their sum the compile is likely to die near its end. The build tree is 15-25 GB
+#: with its objects; the compiler cache is bounded by CCACHE_MAXSIZE (7G in the release
+#: workflow); the source tree with its submodules is about 2 GB.
+DISK_NEED_GIB: Mapping[str, int] = {
+    "build tree with its objects": 25,
+    "compiler cache": 7,
+    "source tree": 2,
+    "build venvs, native packages, wheels": 4,
+}
+#: Overrides the sum (whole GiB), e.g. on a runner whose build tree is known to be smaller.
+MIN_FREE_ENV = "INTELMAC_MIN_FREE_GIB"
+
+
+def min_free_gib() -> int:
+    """The free space a build needs before it starts: $INTELMAC_MIN_FREE_GIB, else the sum."""
+    text = os.environ.get(MIN_FREE_ENV, "").strip()
+    if not text:
+        return sum(DISK_NEED_GIB.values())
+    try:
+        value = int(text)
+    except ValueError:
+        raise BuildError(f"{MIN_FREE_ENV}={text!r} is not a whole number of GiB.") from None
+    if value < 0:
+        raise BuildError(f"{MIN_FREE_ENV}={text!r} must not be negative.")
+    return value
 
 
 class PreflightError(BuildError):
@@ -54,6 +78,16 @@ def _older(found: str, wanted: str) -> bool:
         return Version(found) < Version(wanted)
     except InvalidVersion:
         return True
+
+
+def _same_release(found: str, wanted: str) -> bool:
+    """Whether Xcode ``found`` is ``wanted`` ("16.4" is 16.4 and 16.4.0, not 16.4.1)."""
+    try:
+        have, want = Version(found).release, Version(wanted).release
+    except InvalidVersion:
+        return False
+    width = max(len(have), len(want))
+    return have + (0,) * (width - len(have)) == want + (0,) * (width - len(want))
 
 
 def _release(text: str | None) -> tuple[int, ...] | None:
@@ -97,11 +131,15 @@ def check(
     pythons: Sequence[str],
     *,
     pinned: Mapping[str, str] | None = None,
+    check_disk: bool = True,
 ) -> list[str]:
     """Every reason the compile of ``line`` would fail later on this Mac (empty: none).
 
     ``pinned`` maps tool names to the pinned versions (``{"cmake": "3.31.4", ...}``); when
     None, cmake and ninja are not checked yet (their venv is not installed).
+    ``check_disk``: free space is judged once per build, before anything is installed;
+    the checks before each Python's compile pass False (the first Python's objects are
+    already on the disk then).
     """
     problems: list[str] = []
     sdk_min = line.macos_sdk_min
@@ -117,6 +155,13 @@ def check(
             f"Xcode {facts.xcode} is too old for PyTorch {line.version}: its MPS sources need "
             f"the macOS {sdk_min} SDK's Metal/MPSGraph APIs, which come with Xcode {xcode_min}. "
             "Install a newer Xcode and select it with xcode-select."
+        )
+    elif line.xcode is not None and not _same_release(facts.xcode, line.xcode):
+        problems.append(
+            f"Xcode {facts.xcode} is selected, but PyTorch {line.version} is built with Xcode "
+            f"{line.xcode} (patches/catalog.yaml, field xcode): its compiler and Metal "
+            "toolchain decide what the wheel holds. Select it: sudo xcode-select -s "
+            f"/Applications/Xcode_{line.xcode}.app"
         )
     if facts.sdk is None:
         problems.append("No macOS SDK found (`xcrun --sdk macosx --show-sdk-version` fails).")
@@ -139,11 +184,14 @@ def check(
             problem = _tool_problem(tool, found, pinned.get(tool), line)
             if problem:
                 problems.append(problem)
-    if facts.free_bytes < MIN_FREE_BYTES:
+    need = min_free_gib() if check_disk else 0
+    if facts.free_bytes < need * GIB:
+        parts = ", ".join(f"{what} {gib}" for what, gib in DISK_NEED_GIB.items())
         problems.append(
             f"Only {facts.free_bytes / GIB:.1f} GiB free for the work dir; a PyTorch build "
-            f"needs about {MIN_FREE_BYTES // GIB} GiB (build tree, ccache, venvs, wheels). Free "
-            "some space or pass --work-dir on a bigger disk."
+            f"needs {need} GiB (GiB: {parts}; ${MIN_FREE_ENV} overrides the sum). Free some "
+            "space (on a CI runner: remove unused Xcodes and simulator runtimes) or pass "
+            "--work-dir on a bigger disk."
         )
     for python in pythons:
         machine = facts.interpreters.get(python)
@@ -192,8 +240,9 @@ def enforce(
     pythons: Sequence[str],
     *,
     pinned: Mapping[str, str] | None = None,
+    check_disk: bool = True,
 ) -> None:
-    problems = check(line, facts, pythons, pinned=pinned)
+    problems = check(line, facts, pythons, pinned=pinned, check_disk=check_disk)
     if problems:
         raise PreflightError(
             f"Not starting the compile of PyTorch {line.version}: it would fail or go wrong later.\n"

@@ -37,13 +37,53 @@ def raw_catalog() -> dict[str, Any]:
 
 def test_every_line_builds_exactly_its_pythons(capsys: pytest.CaptureFixture[str],
                                                 raw_catalog: dict[str, Any]) -> None:
-    build = cli_matrix(capsys, "--kind", "build")["include"]
+    everything = cli_matrix(capsys, "--kind", "all")
     expected = {line["version"]: sorted(line["python"], key=lambda v: tuple(map(int, v.split("."))))
                 for line in raw_catalog["lines"]}
-    assert {entry["version"]: entry["python"] for entry in build} == expected
-    for entry in build:
-        assert entry["python_args"].split() == entry["python"]
-        assert entry["python_lines"].splitlines() == entry["python"]
+    # One warm-up per line, with the line's newest Python; one wheel job per (line, Python).
+    warmups = everything["build"]["include"]
+    assert {entry["version"]: entry["python"] for entry in warmups} == {
+        version: pythons[-1] for version, pythons in expected.items()}
+    wheels: dict[str, list[str]] = {}
+    for entry in everything["wheel"]["include"]:
+        wheels.setdefault(entry["version"], []).append(entry["python"])
+        assert entry["artifact"] == f"wheels-{entry['version']}-{entry['python']}"
+    assert wheels == expected
+
+
+def test_torchvision_is_built_once_per_line_where_its_wheel_is_py3_none(
+        capsys: pytest.CaptureFixture[str], raw_catalog: dict[str, Any]) -> None:
+    wheel = cli_matrix(capsys, "--kind", "wheel")["include"]
+    for line in raw_catalog["lines"]:
+        entries = [entry for entry in wheel if entry["version"] == line["version"]]
+        minor = int(line["companion"]["version"].split(".")[1])
+        builders = [entry["python"] for entry in entries if entry["vision"]]
+        if minor >= 29:  # py3-none wheels (the catalog's pair_evidence for 0.29.x)
+            assert builders == [line["python"][-1]]
+            assert all(entry["torch_only_args"] == "--torch-only"
+                       for entry in entries if not entry["vision"])
+        else:
+            assert builders == line["python"]
+    tests = cli_matrix(capsys, "--kind", "test")["include"]
+    for entry in tests:
+        newest = next(line for line in raw_catalog["lines"]
+                      if line["version"] == entry["version"])["python"][-1]
+        if entry["version"] in ("2.14.1", "2.15.0"):
+            assert entry["vision_artifact"] == f"wheels-{entry['version']}-{newest}"
+        else:
+            assert entry["vision_artifact"] == entry["artifact"]
+
+
+def test_the_canary_narrows_a_line_to_its_pythons(capsys: pytest.CaptureFixture[str]) -> None:
+    everything = cli_matrix(capsys, "--kind", "all", "--lines", "2.14.1", "--pythons", "3.12")
+    assert [(e["version"], e["python"]) for e in everything["wheel"]["include"]] == [
+        ("2.14.1", "3.12")]
+    # The warm-up compiles with the one Python the wheel job then builds.
+    assert [e["python"] for e in everything["build"]["include"]] == ["3.12"]
+    with pytest.raises(BuildError, match="not built for Python 3.8"):
+        run_cli(["matrix", "--kind", "all", "--lines", "2.14.1", "--pythons", "3.8"])
+    with pytest.raises(BuildError, match="--pythons is for"):
+        run_cli(["matrix", "--kind", "all", "--tag", "v2.14.1-1", "--pythons", "3.12"])
 
 
 def test_test_matrix_is_every_supported_pair_once(capsys: pytest.CaptureFixture[str],
@@ -70,7 +110,6 @@ def test_runners_labels_and_line_fields(capsys: pytest.CaptureFixture[str]) -> N
         assert entry["fingerprint"] == line.series_fingerprint
         assert line.series_fingerprint.startswith(entry["fingerprint_short"])
         assert entry["wheel_version"] == f"{line.version}+{catalog.local_label}"
-        assert entry["artifact"] == f"wheels-{line.version}"
         major, minor = line.macos_deployment_target.split(".")
         assert entry["platform_tag"] == f"macosx_{major}_{minor}_x86_64"
     for entry in everything["verify"]["include"]:
@@ -120,7 +159,7 @@ def test_adding_a_python_adds_a_build_python_and_a_test_pair(tmp_path: Path,
     edit_catalog(path, add)
     after = cli_matrix(capsys, "--kind", "all", "--catalog", str(path))
     build = {entry["version"]: entry for entry in after["build"]["include"]}
-    assert build["2.6.0"]["python"][-1] == "3.14"
+    assert build["2.6.0"]["python"] == "3.14"
     added = {(e["version"], e["python"]) for e in after["test"]["include"]} - {
         (e["version"], e["python"]) for e in before["test"]["include"]}
     assert added == {("2.6.0", "3.14")}
@@ -231,6 +270,19 @@ def test_the_real_entry_point_prints_the_matrix() -> None:
     assert result.returncode == 0, result.stderr
     assert len(json.loads(result.stdout)["include"]) == sum(
         len(line.python) for line in catalog_module.load().lines)
+
+
+def test_the_scheduled_refresh_warms_the_lines_the_cache_holds(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from intelmac_torch_builder.ci import budget
+
+    catalog = catalog_module.load()
+    refreshed = cli_matrix(capsys, "--kind", "all", "--event", "schedule")["versions"]
+    assert refreshed[0] == catalog.default_version
+    assert len(refreshed) == budget.cache_lines_that_fit()
+    # Any other event builds what it asks for.
+    assert cli_matrix(capsys, "--kind", "all", "--event", "workflow_dispatch")["versions"] == list(
+        catalog.versions)
 
 
 def test_test_entries_carry_the_features_the_catalog_turns_on(

@@ -11,7 +11,7 @@ from intelmac_torch_builder.core import catalog as catalog_module
 from intelmac_torch_builder.core import features
 from intelmac_torch_builder.core.errors import BuildError
 
-from intelmac_torch_builder.ci import expressions, plan
+from intelmac_torch_builder.ci import budget, expressions, plan
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +31,18 @@ def commands(run: plan.JobRun) -> list[str]:
 def test_line_tag_builds_one_line_with_all_its_pythons(catalog: catalog_module.Catalog) -> None:
     line = catalog.line(catalog.default_version)
     result = plan.make_plan(RELEASE, catalog, tag=f"v{line.version}-1")
-    (build,) = runs_of(result, "build")
-    assert build.runs_on == "macos-15-intel"
-    assert (f'make build VERSION="{line.version}" PYTHON="{" ".join(line.python)}" BUILD_ARGS=""'
-            in commands(build))
+    (warmup,) = runs_of(result, "warmup")
+    assert warmup.runs_on == "macos-15-intel"
+    compile_step = next(c for c in commands(warmup) if "ci.warmup run" in c)
+    assert (f'--minutes "{budget.compile_minutes()}"' in compile_step
+            and f'make build VERSION="{line.version}" PYTHON="{line.python[-1]}" TORCH_ONLY=1'
+            in compile_step)
+    wheels = runs_of(result, "wheel")
+    assert [run.name for run in wheels] == [f"wheel {line.version} / Python {p}" for p in line.python]
+    for run, python in zip(wheels, line.python):
+        build = next(c for c in commands(run) if "make build" in c)
+        vision = "" if python == line.python[-1] else "--torch-only"
+        assert f'make build VERSION="{line.version}" PYTHON="{python}" BUILD_ARGS=" {vision}"' in build
     tests = runs_of(result, "test-wheel")
     assert [run.name for run in tests] == [f"test {line.version} / Python {p}" for p in line.python]
     for run, python in zip(tests, line.python):
@@ -44,31 +52,67 @@ def test_line_tag_builds_one_line_with_all_its_pythons(catalog: catalog_module.C
                     f'"{catalog.wheel_version(line)}" --expect-platform "macosx_{target}_x86_64" '
                     f'--expect-no-gpu --companion-version "{catalog.wheel_version(line.companion)}" '
                     f'--expect-features "{features.of(line.build_env, line.title).spec()}"')
-        assert commands(run) == [expected]
+        assert expected in commands(run)
         setup = next(step for step in run.steps if "setup-python" in (step.uses or ""))
         assert setup.with_ == {"python-version": python}
 
 
 def test_release_tag_builds_every_line_and_pair(catalog: catalog_module.Catalog) -> None:
     result = plan.make_plan(RELEASE, catalog, tag="release-20261122")
-    assert [run.name for run in runs_of(result, "build")] == [f"build {v}" for v in catalog.versions]
-    assert len(runs_of(result, "test-wheel")) == sum(len(line.python) for line in catalog.lines)
+    for job_id in ("warmup", "warmup-2", "warmup-3", "warmup-4"):
+        assert [run.name.split(" (")[0] for run in runs_of(result, job_id)] == [
+            f"warm-up {v}" for v in catalog.versions]
+    pairs = sum(len(line.python) for line in catalog.lines)
+    assert len(runs_of(result, "wheel")) == len(runs_of(result, "test-wheel")) == pairs
     for job_id in ("attest", "release", "pages"):
         assert plan.job(result, job_id).status == "runs"
 
 
-def test_cache_key_names_line_fingerprint_and_toolchain(catalog: catalog_module.Catalog) -> None:
+def test_warmup_jobs_share_their_steps_and_know_their_stage(catalog: catalog_module.Catalog) -> None:
+    result = plan.make_plan(RELEASE, catalog, tag="v2.6.0-3")
+    (first,) = runs_of(result, "warmup")
+    (second,) = runs_of(result, "warmup-2")
+    # The same steps (one YAML list); the plan drops those the job id rules out: job 1
+    # restores the default branch's cache, the later ones read job 1's state and artifact.
+    first_names = {step.name for step in first.steps}
+    second_names = {step.name for step in second.steps}
+    assert any("cache/restore" in (step.uses or "") for step in first.steps)
+    assert not any("cache/restore" in (step.uses or "") for step in second.steps)
+    assert second_names - first_names == {"The earlier warm-up job's state",
+                                          "The compiler cache the earlier warm-up job left"}
+    assert budget.WARMUP_JOBS == len([job for job in result.jobs if job.id.startswith("warmup")])
+
+
+def test_cache_key_names_line_toolchain_and_fingerprint(catalog: catalog_module.Catalog) -> None:
     line = catalog.line("2.6.0")
-    (build,) = runs_of(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "build")
-    restore = next(step for step in build.steps if "cache/restore" in (step.uses or ""))
-    assert restore.with_["key"].startswith(
-        f"ccache-2.6.0-{line.series_fingerprint[:16]}-<steps.toolchain.outputs.key>-")
+    (warmup,) = runs_of(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "warmup")
+    restore = next(step for step in warmup.steps if "cache/restore" in (step.uses or ""))
+    assert restore.with_["key"] == (
+        f"ccache-2.6.0-<steps.toolchain.outputs.key>-{line.series_fingerprint[:16]}")
+    # Saved only on the default branch (a tag's entry would be seen by that tag alone, and
+    # would push the default branch's out of the 10 GB): not in a tag run, and never by a
+    # wheel job.
+    assert not any("cache/save" in (step.uses or "") for step in warmup.steps)
+    (on_main,) = runs_of(plan.make_plan(RELEASE, catalog, lines="2.6.0"), "warmup")
+    save = next(step for step in on_main.steps if "cache/save" in (step.uses or ""))
+    assert save.with_["key"].startswith(restore.with_["key"] + "-")
+    assert "outcome == 'finished'" in save.condition
+    # Older entries of a line go where they are saved, so each line keeps one.
+    assert plan.job(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "cache-prune").status.startswith(
+        "skipped")
+    (prune,) = runs_of(plan.make_plan(RELEASE, catalog, lines="2.6.0"), "cache-prune")
+    assert any('gh cache delete "$id"' in c for c in commands(prune))
+    for run in runs_of(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "wheel"):
+        assert not any("cache/save" in (step.uses or "") for step in run.steps)
 
 
 def test_publish_commands_for_a_tag(catalog: catalog_module.Catalog) -> None:
     result = plan.make_plan(RELEASE, catalog, tag="v2.14.1-2", repository="me/intelmac-torch")
     (release,) = runs_of(result, "release")
-    assert any('gh release create "v2.14.1-2" dist/*.whl dist/SHA256SUMS' in c for c in commands(release))
+    script = "\n".join(commands(release))
+    assert 'gh release create "v2.14.1-2" --draft' in script
+    assert script.index("--draft --verify-tag") < script.index('gh release edit "v2.14.1-2" --draft=false')
+    assert "is already published" in script
     (pages,) = runs_of(result, "pages")
     assert ('python -m intelmac_torch_builder.ci.publish_index build --releases releases --download-base '
             '"https://github.com/me/intelmac-torch/releases/download" --out site') in commands(pages)
@@ -79,7 +123,7 @@ def test_publish_commands_for_a_tag(catalog: catalog_module.Catalog) -> None:
 
 def test_dispatch_builds_and_tests_but_never_publishes(catalog: catalog_module.Catalog) -> None:
     result = plan.make_plan(RELEASE, catalog, lines="2.9.1")
-    assert [run.name for run in runs_of(result, "build")] == ["build 2.9.1"]
+    assert [run.name for run in runs_of(result, "warmup")] == ["warm-up 2.9.1 (job 1)"]
     for job_id in ("attest", "release", "pages"):
         assert plan.job(result, job_id).status.startswith("skipped")
 
@@ -104,9 +148,9 @@ def test_plan_follows_the_workflow_file_not_a_copy_of_it(tmp_path: Path,
     changed = tmp_path / "release.yml"
     shutil.copy(RELEASE, changed)
     changed.write_text(changed.read_text().replace(
-        'BUILD_ARGS="$FETCH_ARGS"', 'BUILD_ARGS="$FETCH_ARGS --no-wait"'))
-    (build,) = runs_of(plan.make_plan(changed, catalog, tag="v2.15.0-1"), "build")
-    assert any(c.endswith('BUILD_ARGS=" --no-wait"') for c in commands(build))
+        'TORCH_ONLY=1 BUILD_ARGS="$FETCH_ARGS"', 'TORCH_ONLY=1 BUILD_ARGS="$FETCH_ARGS --no-wait"'))
+    (warmup,) = runs_of(plan.make_plan(changed, catalog, tag="v2.15.0-1"), "warmup")
+    assert any(c.rstrip().endswith('BUILD_ARGS=" --no-wait"') for c in commands(warmup))
 
 
 def test_plan_follows_the_catalog(tmp_path: Path) -> None:
@@ -131,18 +175,19 @@ def test_unpinned_lines_build_only_in_trial_runs(tmp_path: Path) -> None:
     version = unpinned.lines[0].version
     with pytest.raises(BuildError, match="no sha256 pin"):
         plan.make_plan(RELEASE, unpinned, tag=f"v{version}-1")
-    (build,) = runs_of(plan.make_plan(RELEASE, unpinned, lines=version), "build")
-    assert any(c.endswith('BUILD_ARGS="--trust-on-first-use"') for c in commands(build))
-    assert any(step.name.startswith("Unpinned source") for step in build.steps)
+    (warmup,) = runs_of(plan.make_plan(RELEASE, unpinned, lines=version), "warmup")
+    assert any(c.rstrip().endswith('BUILD_ARGS="--trust-on-first-use"') for c in commands(warmup))
+    wheel = runs_of(plan.make_plan(RELEASE, unpinned, lines=version), "wheel")[0]
+    assert any(step.name.startswith("Unpinned source") for step in wheel.steps)
 
 
 def test_cli_prints_graph_and_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(["ci-plan", "--tag", "v2.6.0-1"]) == 0
     out = capsys.readouterr().out
-    assert "Job graph:" in out
-    assert "  build <- matrix  [runs]" in out
+    assert "Job graph (budget:" in out
+    assert "  warmup <- matrix  [runs]  budget " in out
     assert '$ make build VERSION="2.6.0"' in out
-    assert "regress-gpu <- matrix, build  [skipped" in out
+    assert "regress-gpu <- matrix, wheel  [skipped" in out
 
 
 @pytest.mark.parametrize(("expression", "expected"), [

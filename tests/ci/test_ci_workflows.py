@@ -79,7 +79,9 @@ def test_zizmor_would_catch_an_injection_and_an_unpinned_action(tmp_path: Path) 
 
 
 def test_actionlint_passes() -> None:
-    result = subprocess.run([str(tool("actionlint")), "-no-color", *map(str, WORKFLOW_FILES)],
+    # With shellcheck, actionlint also checks every run: script (quoting, unset variables).
+    shellcheck = ["-shellcheck", str(tool("shellcheck"))]
+    result = subprocess.run([str(tool("actionlint")), "-no-color", *shellcheck, *map(str, WORKFLOW_FILES)],
                             cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -145,6 +147,7 @@ def test_permissions_are_least_privilege() -> None:
         "release.yml:attest": ["attestations", "id-token"],
         "release.yml:release": ["contents"],
         "release.yml:pages": ["id-token", "pages"],
+        "release.yml:cache-prune": ["actions"],
     }
 
 
@@ -166,8 +169,8 @@ def test_publishing_happens_only_on_tag_pushes_and_never_waits_for_the_gpu() -> 
 
 def test_gpu_job_is_gated_and_its_skip_is_announced() -> None:
     jobs = load_workflow(WORKFLOWS / "release.yml")["jobs"]
-    assert jobs["regress-gpu"]["if"] == "${{ vars.HAS_INTEL_GPU_RUNNER == 'true' }}"
-    assert jobs["gpu-runner-notice"]["if"] == "${{ vars.HAS_INTEL_GPU_RUNNER != 'true' }}"
+    assert jobs["regress-gpu"]["if"].startswith("${{ vars.HAS_INTEL_GPU_RUNNER == 'true' && ")
+    assert jobs["gpu-runner-notice"]["if"].startswith("${{ vars.HAS_INTEL_GPU_RUNNER != 'true' ")
     notice = " ".join(step["run"] for step in jobs["gpu-runner-notice"]["steps"])
     assert "::notice" in notice and "HAS_INTEL_GPU_RUNNER" in notice
     commands = " ".join(step.get("run", "") for step in jobs["regress-gpu"]["steps"])
@@ -206,3 +209,84 @@ def test_pull_request_jobs_use_no_secrets() -> None:
     for job_id, job in load_workflow(WORKFLOWS / "ci.yml")["jobs"].items():
         text = json.dumps(job)
         assert "secrets." not in text and "github.token" not in text, job_id
+
+
+def _uploads(workflow: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Every artifact upload of a workflow: (job id, step, its with:)."""
+    found = []
+    for job_id, job in workflow["jobs"].items():
+        for step in job.get("steps", []):
+            uses = str(step.get("uses", ""))
+            if uses.startswith(("actions/upload-artifact@", "actions/upload-pages-artifact@")):
+                found.append((job_id, step, step.get("with") or {}))
+    return found
+
+
+def rerun_breakers(workflow: dict[str, Any]) -> list[str]:
+    """Uploads that a re-run of their job would break.
+
+    Artifact names are unique within a workflow run, across its attempts: upload-artifact
+    v4 and later refuses a name that exists unless `overwrite: true` (which replaces it),
+    so a re-run needs one of the two: overwrite, or a name with github.run_attempt in it.
+    upload-pages-artifact has no overwrite: its name must carry the attempt, and
+    deploy-pages must be given that name.
+    """
+    bad = []
+    for job_id, step, with_ in _uploads(workflow):
+        name = str(with_.get("name", "github-pages" if "pages" in step["uses"] else "artifact"))
+        per_attempt = "github.run_attempt" in name
+        if "upload-pages-artifact" in step["uses"]:
+            deploys = [other.get("with", {}).get("artifact_name") for other in
+                       workflow["jobs"][job_id]["steps"]
+                       if str(other.get("uses", "")).startswith("actions/deploy-pages@")]
+            if not per_attempt or deploys != [name]:
+                bad.append(f"{job_id}: the Pages artifact '{name}' (deploy-pages reads {deploys})")
+        elif with_.get("overwrite") is not True and not per_attempt:
+            bad.append(f"{job_id}: artifact '{name}' has neither overwrite: true nor the attempt")
+    return bad
+
+
+def test_every_upload_survives_a_rerun() -> None:
+    for path in WORKFLOW_FILES:
+        assert rerun_breakers(load_workflow(path)) == [], path.name
+
+
+def test_the_rerun_check_finds_an_upload_that_a_rerun_would_break() -> None:
+    workflow = load_workflow(WORKFLOWS / "release.yml")
+    job = workflow["jobs"]["wheel"]
+    logs = next(step for step in job["steps"] if step.get("name") == "Upload the build logs")
+    logs["with"] = {key: value for key, value in logs["with"].items() if key != "overwrite"}
+    pages = next(step for step in workflow["jobs"]["pages"]["steps"]
+                 if "upload-pages-artifact" in str(step.get("uses")))
+    pages["with"].pop("name")
+    found = rerun_breakers(workflow)
+    assert len(found) == 2 and found[0].startswith("wheel:") and found[1].startswith("pages:")
+
+
+def test_one_global_pages_group_and_drafts_before_publishing() -> None:
+    jobs = load_workflow(WORKFLOWS / "release.yml")["jobs"]
+    assert jobs["pages"]["concurrency"] == {"group": "pages", "cancel-in-progress": False}
+    script = "\n".join(step.get("run", "") for step in jobs["release"]["steps"])
+    assert "--draft --verify-tag" in script and "--draft=false" in script
+    # --clobber only ever touches a draft: a published release stops the job first.
+    assert script.index('if [ "$state" = false ]') < script.index("--clobber")
+
+
+def test_nothing_comes_from_homebrew() -> None:
+    for path in WORKFLOW_FILES:
+        text = path.read_text()
+        assert "brew " not in text and "micromamba" not in text, path.name
+
+
+def test_warmup_jobs_are_chained_and_as_many_as_the_model_allows() -> None:
+    from intelmac_torch_builder.ci import budget
+
+    jobs = load_workflow(WORKFLOWS / "release.yml")["jobs"]
+    chain = [job_id for job_id in jobs if job_id == "warmup" or job_id.startswith("warmup-")]
+    assert chain == ["warmup"] + [f"warmup-{n}" for n in range(2, budget.WARMUP_JOBS + 1)]
+    for earlier, later in zip(chain, chain[1:]):
+        assert earlier in jobs[later]["needs"]
+        # A line whose warm-up failed must not stop the other lines' continuations.
+        assert jobs[later]["if"].startswith("${{ !cancelled()")
+        assert jobs[later]["steps"] == jobs["warmup"]["steps"]
+    assert chain[-1] in jobs["wheel"]["needs"]

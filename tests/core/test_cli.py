@@ -122,17 +122,24 @@ def _registering_module(command: str) -> Path:
     raise AssertionError(f"no stage module registers {command}")
 
 
-def _code_of(module: Path) -> Iterator[Path]:
-    """The module, the stage and platform modules it imports, and the shared stage runner."""
+def _code_of(module: Path, seen: set[Path] | None = None) -> Iterator[Path]:
+    """The module, the stage and platform modules it imports (and theirs), and the shared
+    stage runner."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return
+    seen.add(module)
     yield module
-    yield PACKAGE_DIR / "core" / "_stage.py"
+    if len(seen) == 1:
+        yield PACKAGE_DIR / "core" / "_stage.py"
     for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in (
             "stages",
             "platforms",
         ):
             for alias in node.names:
-                yield PACKAGE_DIR / node.module.split(".")[-1] / f"{alias.name}.py"  # type: ignore[union-attr]
+                found = PACKAGE_DIR / node.module.split(".")[-1] / f"{alias.name}.py"  # type: ignore[union-attr]
+                yield from _code_of(found, seen)
 
 
 def _fields_read(paths: Iterator[Path]) -> set[str]:

@@ -163,7 +163,9 @@ bool& configured() {
   NSString* _name;
   uint64_t _registryID;
   BOOL _lowPower, _removable, _headless, _unified;
+  long _queries; // hasUnifiedMemory and supportsFamily: asked by the code under test
   uint64_t _workingSet;
+  uint64_t _memoryLimit; // 0: none; else newHeapWithDescriptor:/newBufferWithLength: past it get nil
   NSUInteger _maxBufferLength;
   std::vector<NSInteger>* _families;
   NSString* _metalVersion;
@@ -291,6 +293,7 @@ FakeMTLBuffer* as_buffer(id object) {
   return _removable;
 }
 - (BOOL)hasUnifiedMemory {
+  ++_queries;
   return _unified;
 }
 - (uint64_t)recommendedMaxWorkingSetSize {
@@ -302,22 +305,41 @@ FakeMTLBuffer* as_buffer(id object) {
 - (NSUInteger)currentAllocatedSize {
   return _allocated;
 }
-- (BOOL)supportsFamily:(MTLGPUFamily)family {
+- (BOOL)fakeHasFamily:(MTLGPUFamily)family {
   return std::find(_families->begin(), _families->end(), (NSInteger)family) != _families->end();
 }
+- (BOOL)supportsFamily:(MTLGPUFamily)family {
+  ++_queries;
+  return [self fakeHasFamily:family];
+}
 - (BOOL)fakeIsAppleGPU {
-  return [self supportsFamily:MTLGPUFamilyApple1];
+  return [self fakeHasFamily:MTLGPUFamilyApple1];
 }
 - (id<MTLCommandQueue>)newCommandQueue {
   FakeMTLCommandQueue* queue = [[FakeMTLCommandQueue alloc] init];
   queue->_device = [self retain];
   return queue;
 }
+// The GPU's memory is finite: past the configured limit Metal returns nil (a real GPU
+// pages or fails; the allocator must treat nil as memory it could not get).
+- (BOOL)fakeMayAllocate:(NSUInteger)size what:(const char*)what {
+  if (_memoryLimit == 0 || _allocated + size <= _memoryLimit) {
+    return YES;
+  }
+  record("device_memory_refused", self,
+         std::string(what) + " past the device's memory: " + std::to_string(_allocated) + " allocated + " +
+             std::to_string(size) + " > " + std::to_string(_memoryLimit),
+         @{@"size" : [NSNumber numberWithUnsignedLong:size]});
+  return NO;
+}
 - (FakeMTLBuffer*)fakeBufferWithLength:(NSUInteger)length
                                storage:(MTLStorageMode)storage
                                  cache:(MTLCPUCacheMode)cache
                                 hazard:(MTLHazardTrackingMode)hazard
                                   heap:(FakeMTLHeap*)heap {
+  if (heap == nil && ![self fakeMayAllocate:length what:"newBufferWithLength:"]) {
+    return nil;
+  }
   FakeMTLBuffer* buffer = [[FakeMTLBuffer alloc] init];
   [buffer fakeOn:self storage:storage cache:cache hazard:hazard];
   buffer->_heap = [heap retain];
@@ -384,6 +406,9 @@ FakeMTLBuffer* as_buffer(id object) {
   }
   if ([descriptor size] == 0) {
     record("heap_size_refused", self, "newHeapWithDescriptor: with size 0");
+    return nil;
+  }
+  if (![self fakeMayAllocate:round_up([descriptor size], kGranule) what:"newHeapWithDescriptor:"]) {
     return nil;
   }
   FakeMTLHeap* heap = [[FakeMTLHeap alloc] init];
@@ -1005,7 +1030,7 @@ FakeMTLDevice* device_from(NSDictionary* d, size_t index) {
   check_keys(d,
              @[ @"name", @"registry_id", @"low_power", @"removable", @"headless", @"unified_memory",
                 @"recommended_working_set", @"families", @"metal_version", @"gpu_core_count",
-                @"max_buffer_length" ],
+                @"max_buffer_length", @"memory_limit" ],
              where);
   id name = [d objectForKey:@"name"];
   if (![name isKindOfClass:[NSString class]]) {
@@ -1023,6 +1048,7 @@ FakeMTLDevice* device_from(NSDictionary* d, size_t index) {
   device->_unified = number<int>(d, @"unified_memory", 0, where) != 0;
   device->_workingSet = number<uint64_t>(d, @"recommended_working_set", 4ULL << 30, where);
   device->_maxBufferLength = number<NSUInteger>(d, @"max_buffer_length", 0, where);
+  device->_memoryLimit = number<uint64_t>(d, @"memory_limit", 0, where);
   if (device->_maxBufferLength == 0) {
     device->_maxBufferLength = device->_workingSet;
   }
@@ -1329,6 +1355,14 @@ long fake_metal_device_retain_count(uint64_t registry_id) {
   Guard g(lock());
   for (FakeMTLDevice* device in devices_list()) {
     if (device->_registryID == registry_id) return static_cast<long>([device retainCount]);
+  }
+  return -1;
+}
+
+long fake_metal_device_queries(uint64_t registry_id) {
+  Guard g(lock());
+  for (FakeMTLDevice* device in devices_list()) {
+    if (device->_registryID == registry_id) return device->_queries;
   }
   return -1;
 }

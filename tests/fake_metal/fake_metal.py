@@ -38,6 +38,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fake_metal_complete_command_buffers": (ctypes.c_int, []),
     "fake_metal_pending_command_buffers": (ctypes.c_int, []),
     "fake_metal_device_retain_count": (ctypes.c_long, [_U64]),
+    "fake_metal_device_queries": (ctypes.c_long, [_U64]),
     "fm_copy_device": (_P, [_U64]),
     "fm_create_system_default_device": (_P, []),
     "fm_all_device_ids": (ctypes.c_size_t, [ctypes.POINTER(_U64), ctypes.c_size_t]),

@@ -182,6 +182,14 @@ def test_intel_mac_plan_for_2_6_0(
             f"-r {pins('2.6.0')}"
         ),
         mkl_install(venv, work, "2.6.0"),
+        # Fail fast (core/failfast.py): CMake alone, then the series' own sources first.
+        f'(cd {root}/patched && PATH={venv}/bin:"$PATH" {venv}/bin/python setup.py build --cmake-only)',
+        (
+            f'(cd {root}/patched && PATH={venv}/bin:"$PATH" {sys.executable} -m '
+            f"intelmac_torch_builder.core.failfast --tree {root}/patched --build-dir "
+            f"{root}/patched/build "
+            + " ".join(str(p) for p in catalog.load().line("2.6.0").patches) + ")"
+        ),
         (
             f'(cd {root}/patched && PATH={venv}/bin:"$PATH" {venv}/bin/python setup.py '
             f"bdist_wheel --dist-dir {root}/dist/cp312/raw)"

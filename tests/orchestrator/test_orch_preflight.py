@@ -152,11 +152,42 @@ def test_cmake_and_ninja_must_be_the_pinned_ones(tmp_path: Path) -> None:
 def test_disk_and_interpreter_architecture(tmp_path: Path) -> None:
     facts = good_facts(write(tmp_path, thin_dylib("x86_64", "13.0")))
     small = check(Facts(**{**facts.__dict__, "free_bytes": 12 * GIB}))
-    assert "Only 12.0 GiB free" in small[0] and "40 GiB" in small[0]
+    need = sum(preflight.DISK_NEED_GIB.values())
+    assert "Only 12.0 GiB free" in small[0] and f"needs {need} GiB" in small[0]
     arm = Facts(**{**facts.__dict__, "interpreters": {"3.12": "arm64"}})
     assert "Python 3.12 runs as arm64, not x86_64" in check(arm)[0]
     assert check(Facts(**{**arm.__dict__, "cross_build": True})) == []
     assert "Python 3.13 could not be run" in check(facts, ("3.12", "3.13"))[0]
+
+
+def test_the_line_s_own_xcode_is_required(tmp_path: Path) -> None:
+    facts = good_facts(write(tmp_path, thin_dylib("x86_64", "13.0")))
+    assert LINE_26.xcode == "16.4"
+    assert check(Facts(**{**facts.__dict__, "xcode": "16.4.0"})) == []
+    newer = check(Facts(**{**facts.__dict__, "xcode": "26.2", "sdk": "26.2"}))
+    assert len(newer) == 1
+    assert "PyTorch 2.6.0 is built with Xcode 16.4" in newer[0]
+    assert "xcode-select -s /Applications/Xcode_16.4.app" in newer[0]
+    # 2.14 and 2.15 need Xcode 26.2 (their Metal 4 shader library).
+    line = catalog.load().line("2.14.1")
+    assert line.xcode == "26.2"
+    assert any("built with Xcode 26.2" in problem for problem in
+               preflight.check(line, facts, ("3.12",)))
+
+
+def test_free_disk_is_judged_once_per_build_against_an_adjustable_need(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    facts = good_facts(write(tmp_path, thin_dylib("x86_64", "13.0")))
+    need = sum(preflight.DISK_NEED_GIB.values())
+    just_under = Facts(**{**facts.__dict__, "free_bytes": need * GIB - 1})
+    assert "free for the work dir" in check(just_under)[0]
+    # The check before each later Python's compile does not judge disk again.
+    assert preflight.check(LINE_26, just_under, ("3.12",), check_disk=False) == []
+    monkeypatch.setenv(preflight.MIN_FREE_ENV, "20")
+    assert check(just_under) == []
+    monkeypatch.setenv(preflight.MIN_FREE_ENV, "lots")
+    with pytest.raises(preflight.BuildError, match="not a whole number of GiB"):
+        check(just_under)
 
 
 def test_enforce_lists_every_reason(tmp_path: Path) -> None:

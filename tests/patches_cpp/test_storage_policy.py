@@ -59,16 +59,20 @@ def test_no_cpu_visible_heap_off_apple_gpus(rows: list[dict[str, Any]]) -> None:
             assert not r["standalone"] and r["storage"] == "private", r
         else:
             assert r["standalone"] and r["storage"] == "shared", r
+            # one buffer of the request's size: what the allocator counts is what Metal gives
+            assert r["heap_size"] == r["request"], r
         assert r["standalone"] or r["allowed"], r
 
 
-def test_extra_large_heaps_of_gpus_without_unified_memory(rows: list[dict[str, Any]]) -> None:
+def test_extra_large_heaps_of_gpus_that_are_not_apple_gpus(rows: list[dict[str, Any]]) -> None:
     """Rule 4: upstream's pre-2.12 rule for discrete GPUs: 128 MiB, or the request rounded to
-    2 MiB when it is 64 MiB or more; never larger than asked; unified-memory GPUs untouched."""
+    2 MiB when it is 64 MiB or more; never larger than asked. It holds for Intel iGPUs too:
+    they report unified memory, but their working set is about 1.5 GiB (issue 23, finding 4).
+    Apple GPUs untouched."""
     for r in _of(rows, "heap"):
         if r["apple"] or r["requested"] != "private":
             continue
-        if r["unified"] or r["heap"] <= 128 * MIB:
+        if r["heap"] <= 128 * MIB:
             assert r["heap_size"] == r["heap"], r
             continue
         own = -(-r["request"] // (2 * MIB)) * 2 * MIB

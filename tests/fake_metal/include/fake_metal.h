@@ -28,7 +28,9 @@ extern "C" {
 //                                                        Common1..3, MacCatalyst1..2, Metal3
 //                 "metal_version": "3.1",                highest MSL version it compiles
 //                 "gpu_core_count": 0,                   >0: an AGXAccelerator IORegistry entry
-//                 "max_buffer_length": 0}],              0: recommended_working_set
+//                 "max_buffer_length": 0,                0: recommended_working_set
+//                 "memory_limit": 0}],                   >0: heaps and standalone buffers past
+//                                                        it get nil (device_memory_refused)
 //    "system_default": 0,          index of MTLCreateSystemDefaultDevice()'s device, null: nil
 //    "macos": "14.0",              what isOperatingSystemAtLeastVersion: compares with
 //    "mpsgraph": true}             whether MPSGraph has the methods the lines probe for
@@ -58,6 +60,9 @@ int fake_metal_complete_command_buffers(void);
 int fake_metal_pending_command_buffers(void);
 // The retain count of the device with this registry id (-1: none).
 long fake_metal_device_retain_count(uint64_t registry_id);
+// How often the code under test asked the device hasUnifiedMemory or supportsFamily: (-1: no
+// such device). Facts that never change are worth asking once (issue 23, finding 8).
+long fake_metal_device_queries(uint64_t registry_id);
 
 // --- storage through C (Python tests; Objective-C++ uses the protocols) --------------------
 // Handles are the Metal objects themselves (id<...> as void*). fm_* functions that create

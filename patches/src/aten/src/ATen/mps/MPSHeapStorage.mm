@@ -11,7 +11,12 @@
 //   heap can only be private; a shared or managed descriptor gets no heap.
 // - MTLDevice newBufferWithLength:options: makes a standalone buffer; shared
 //   and managed storage are available for buffers on every Mac GPU (shared:
-//   one copy in system memory, which a discrete GPU reads over PCIe).
+//   one copy in system memory, which a discrete GPU reads over PCIe). That is
+//   what the storageModeShared and "Setting resource storage modes" pages say;
+//   "Choosing a resource storage mode for Intel and AMD GPUs" says shared
+//   resources exist only with integrated graphics (MPSStoragePolicy.h has the
+//   conflict; a real AMD GPU decides it). A buffer Metal refuses is nil here,
+//   and upstream's allocator sees it as memory it could not get.
 // - MTLBuffer.contents is the CPU's pointer to a buffer's memory; it is NULL
 //   for private storage, which only the GPU (a blit) may touch.
 // - A command buffer made by -[MTLCommandQueue commandBuffer] (what
@@ -21,6 +26,10 @@
 //   does a standalone buffer here: released by the allocator, it lives until
 //   the last command buffer using it completes.
 #include <ATen/mps/MPSHeapStorage.h>
+
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -61,14 +70,22 @@ MTLResourceOptions with_storage(MTLResourceOptions options, MTLStorageMode mode)
 // supported line sends (those the 2.6.0 to 2.15.0 binaries name:
 // newBufferWithLength:options:[offset:], maxAvailableSizeWithAlignment:,
 // setPurgeableState:, size; no useHeap:, no aliasing) and is never handed to
-// Metal itself. Each buffer is a standalone Metal buffer, so the "heap" holds
-// no memory and never fills: its size is the allocator's bookkeeping, and a
-// placement offset has nothing to place. Reuse of the buffers stays with
+// Metal itself. It is one standalone Metal buffer of the request's size, made
+// with the heap, so that
+// - the allocator's accounting (heap sizes) is the memory Metal gave it, and
+// - a buffer Metal refuses is a heap that could not be made, where upstream
+//   releases its cache and retries; a heap that exists never refuses a buffer
+//   (upstream asserts that: TORCH_INTERNAL_ASSERT(buffer) after newMTLBuffer).
+// The first buffer asked of it is that one (2.6.0 and 2.9.1 then see the heap
+// full, and reuse the block itself). Lines with placement heaps (2.14.1 on)
+// may place a buffer again in the range once it was freed: that one is a new
+// standalone buffer, no larger than the heap. Reuse of the buffers stays with
 // upstream's pools, which return a block only after its command buffers
 // completed (free_buffer from completion handlers, retainCount checks).
 @interface IntelmacStandaloneHeap : NSObject {
  @private
   id<MTLDevice> _device;
+  id<MTLBuffer> _first; // the buffer made with the heap, until it is handed out
   NSUInteger _size;
   MTLStorageMode _storageMode;
   MTLCPUCacheMode _cpuCacheMode;
@@ -79,29 +96,37 @@ MTLResourceOptions with_storage(MTLResourceOptions options, MTLStorageMode mode)
 }
 - (instancetype)initWithDevice:(id<MTLDevice>)device
                     descriptor:(MTLHeapDescriptor*)descriptor
-                   storageMode:(MTLStorageMode)storageMode;
+                   storageMode:(MTLStorageMode)storageMode
+                          size:(NSUInteger)size;
 @end
 
 @implementation IntelmacStandaloneHeap
 
 - (instancetype)initWithDevice:(id<MTLDevice>)device
                     descriptor:(MTLHeapDescriptor*)descriptor
-                   storageMode:(MTLStorageMode)storageMode {
+                   storageMode:(MTLStorageMode)storageMode
+                          size:(NSUInteger)size {
   self = [super init];
   if (self) {
     _device = [device retain];
-    _size = descriptor.size;
+    _size = size;
     _storageMode = storageMode;
     _cpuCacheMode = descriptor.cpuCacheMode;
     _hazardTrackingMode = descriptor.hazardTrackingMode;
     _resourceOptions = with_storage(descriptor.resourceOptions, storageMode);
     _type = descriptor.type;
     _purgeableState = MTLPurgeableStateNonVolatile;
+    _first = [_device newBufferWithLength:size options:_resourceOptions];
+    if (_first == nil) { // Metal refused the memory: no heap, as newHeapWithDescriptor: would say
+      [self release];
+      return nil;
+    }
   }
   return self;
 }
 
 - (void)dealloc {
+  [_first release];
   [_device release];
   [super dealloc];
 }
@@ -123,8 +148,13 @@ MTLResourceOptions with_storage(MTLResourceOptions options, MTLStorageMode mode)
   return 0;
 }
 
+// The whole heap until its buffer is handed out, then nothing (upstream's pools
+// reuse the block itself). The buffer starts at offset 0, which every alignment
+// allows, so a heap smaller than the alignment (a 256-byte scalar's, against
+// 2.6.0's vm_page_size) still counts its bytes.
 - (NSUInteger)maxAvailableSizeWithAlignment:(NSUInteger)alignment {
-  return alignment > 0 ? _size / alignment * alignment : _size;
+  (void)alignment;
+  return _first != nil ? _size : 0;
 }
 
 - (MTLStorageMode)storageMode {
@@ -156,6 +186,14 @@ MTLResourceOptions with_storage(MTLResourceOptions options, MTLStorageMode mode)
 }
 
 - (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options {
+  if (length > _size) {
+    return nil; // as a heap says when a buffer does not fit
+  }
+  if (_first != nil && length == [_first length]) {
+    id<MTLBuffer> buffer = _first; // the caller owns it now, as a result of newBuffer...
+    _first = nil;
+    return buffer;
+  }
   return [_device newBufferWithLength:length options:with_storage(options, _storageMode)];
 }
 
@@ -172,10 +210,23 @@ bool isAppleGPU(id<MTLDevice> device) {
   return [device supportsFamily:MTLGPUFamilyApple1];
 }
 
+// Asked of Metal once per device: requestUsage() runs on every allocation, and
+// neither fact changes while the device exists. The cache keeps each device it
+// has seen (one retain; MPSDevice keeps its device for the life of the process
+// anyway), so that no other device can later have the same address.
 storage::Gpu storageGpu(id<MTLDevice> device) {
+  static std::mutex mutex;
+  static std::vector<std::pair<const void*, storage::Gpu>> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [seen, gpu] : known) {
+    if (seen == (const void*)device) {
+      return gpu;
+    }
+  }
   storage::Gpu gpu;
   gpu.apple_gpu = isAppleGPU(device);
   gpu.unified_memory = [device hasUnifiedMemory];
+  known.emplace_back((const void*)[device retain], gpu);
   return gpu;
 }
 
@@ -185,7 +236,8 @@ id<MTLHeap> newAllocatorHeap(id<MTLDevice> device, MTLHeapDescriptor* descriptor
   if (plan.placement == storage::Placement::standalone) {
     IntelmacStandaloneHeap* heap = [[IntelmacStandaloneHeap alloc] initWithDevice:device
                                                                        descriptor:descriptor
-                                                                      storageMode:metal_storage(plan.storage)];
+                                                                      storageMode:metal_storage(plan.storage)
+                                                                             size:plan.heap_size];
     return (id<MTLHeap>)(id)heap;
   }
   if (plan.heap_size != descriptor.size) {

@@ -11,7 +11,15 @@
 // storage: newHeapWithDescriptor: gives nil for a shared or managed heap there.
 // That is every GPU of an Intel Mac, the Intel iGPU (which reports
 // hasUnifiedMemory = YES) as much as an AMD GPU. Standalone buffers
-// (newBufferWithLength:options:) may be shared or managed on every Mac GPU.
+// (newBufferWithLength:options:) may be shared or managed on every Mac GPU by
+// the MTLResourceOptions.storageModeShared page, which rules out only shared
+// textures off Apple GPUs, and by "Setting resource storage modes" (shared is
+// the default for an integrated GPU's buffers, managed for a discrete GPU's).
+// Apple's article "Choosing a resource storage mode for Intel and AMD GPUs"
+// says instead that shared resources exist only with integrated graphics.
+// Upstream itself makes shared buffers on AMD GPUs (Copy.mm's staging buffers,
+// MPSStream's error buffer), so this series follows the first two pages; only
+// a real AMD GPU can confirm it (docs/mps-device-policy.md lists what else).
 // Upstream's allocator keeps all its memory in heaps and asks for shared ones:
 // for scalars and, on unified-memory devices, the CPU-visible pools (2.6.0,
 // 2.9.1), and for every pool from 2.12 on (2.14.1, 2.15.0).
@@ -23,10 +31,16 @@
 //     2. Elsewhere a private heap stays a private heap.
 //     3. Elsewhere a heap that would be CPU-visible (shared or managed) is never
 //        asked of Metal. Its buffers become standalone buffers in shared
-//        storage, one Metal allocation each (see kCpuVisibleStorageWhy).
-//     4. On a GPU without unified memory (AMD), an extra-large heap is at most
-//        kDiscreteXLargeHeap, as upstream had it before 2.12, unless one
-//        request needs more.
+//        storage, one Metal allocation each (see kCpuVisibleStorageWhy), and
+//        the "heap" is the size of the request it was made for: the allocator
+//        counts what Metal gives it, and Metal's refusal comes when the heap
+//        is made, where upstream releases its cache and retries.
+//     4. On a GPU that is not an Apple GPU, an extra-large heap is at most
+//        kDiscreteXLargeHeap, as upstream had it for discrete GPUs before 2.12,
+//        unless one request needs more. That includes Intel iGPUs: they report
+//        unified memory, which gives upstream's 1 GiB heaps, but their working
+//        set is about 1.5 GiB (a UHD 630), so one small tensor would hold most
+//        of it and a second heap would not fit.
 //   device_tensor_pool_usage(gpu, usage_is_shared)
 //     5. On lines whose device tensors live in shared pools (2.14.1, 2.15.0),
 //        those pools are private on a GPU that is not an Apple GPU, so device
@@ -111,9 +125,10 @@ inline HeapPlan plan_heap(const Gpu& gpu, Storage requested, std::size_t heap_si
   if (!heap_storage_allowed(gpu, requested)) {
     plan.placement = Placement::standalone; // rule 3
     plan.storage = Storage::shared;
+    plan.heap_size = request_size;
     return plan;
   }
-  if (!gpu.unified_memory && heap_size > kDiscreteXLargeHeap) { // rule 4
+  if (heap_size > kDiscreteXLargeHeap) { // rule 4
     const std::size_t own = round_up(request_size, kRoundLarge);
     const std::size_t wanted = request_size < kDiscreteXLargeHeap / 2 ? kDiscreteXLargeHeap : own;
     plan.heap_size = wanted < heap_size ? wanted : heap_size;

@@ -1,0 +1,154 @@
+"""Before hours of building: can this tag's run publish at all?
+
+The ``matrix`` job runs this on a tag push, so a repository that is not set up for
+publishing fails in the first minutes, with the fix, instead of after the build:
+
+* GitHub Pages must be enabled with "GitHub Actions" as its source (``build_type``
+  ``workflow``), or ``pages`` cannot deploy;
+* the ``github-pages`` environment must let this tag deploy: its deployment policy must
+  be off (any ref), or list a tag pattern that matches it. Protected branches only, the
+  default, refuses every tag;
+* no published release may exist for the tag: its assets are never replaced, since
+  installs pinned to their hashes would break; the fix is the next build number.
+
+The judgements are pure functions of the REST API's JSON (tested here); ``main`` asks
+``gh api`` for it.
+
+    python -m intelmac_torch_builder.ci.publish_check --tag v2.14.1-1
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..core.errors import BuildError
+from . import matrix
+
+ENVIRONMENT = "github-pages"
+SETTINGS = "Settings → Environments → github-pages → Deployment branches and tags"
+
+
+def pages_problem(pages: Mapping[str, Any] | None) -> str | None:
+    """``GET /repos/{repo}/pages`` (None: 404, Pages is off)."""
+    if pages is None:
+        return ("GitHub Pages is not enabled. Settings → Pages → Build and deployment → "
+                "Source: GitHub Actions.")
+    if pages.get("build_type") != "workflow":
+        return (f"GitHub Pages deploys from a branch (build_type {pages.get('build_type')!r}), "
+                "so the pages job's deployment would be refused. Settings → Pages → Build and "
+                "deployment → Source: GitHub Actions.")
+    return None
+
+
+def environment_problem(environment: Mapping[str, Any] | None,
+                        policies: Sequence[Mapping[str, Any]], tag: str) -> str | None:
+    """``GET .../environments/github-pages`` and its ``deployment-branch-policies``."""
+    if environment is None:
+        # GitHub creates it on the first deployment, with no policy: any ref may deploy.
+        return None
+    policy = environment.get("deployment_branch_policy")
+    if not policy:
+        return None
+    if policy.get("protected_branches"):
+        return (f"The {ENVIRONMENT} environment allows protected branches only, so a tag "
+                f"cannot deploy the index. {SETTINGS}: choose 'Selected branches and tags' "
+                "and add the tag patterns v* and release-*.")
+    patterns = [str(rule.get("name", "")) for rule in policies if rule.get("type") == "tag"]
+    if any(fnmatch.fnmatchcase(tag, pattern) for pattern in patterns):
+        return None
+    shown = ", ".join(patterns) or "none"
+    return (f"The {ENVIRONMENT} environment's tag rules ({shown}) do not match {tag}, so "
+            f"the pages job would be refused. {SETTINGS}: add the tag patterns v* and "
+            "release-*.")
+
+
+def release_problem(release: Mapping[str, Any] | None, tag: str) -> str | None:
+    """``gh release view TAG --json isDraft`` (None: no release yet)."""
+    if release is None or release.get("isDraft"):
+        return None  # a draft is what an earlier attempt of this run left: it is finished
+    following = next_build(tag)
+    fix = (f" Push {following} to publish a rebuild." if following else
+           " Tag a new release-YYYYMMDD(.N) to publish a rebuild.")
+    return (f"Release {tag} is already published. Its assets are never replaced: installs "
+            f"pinned to their sha256 would break.{fix}")
+
+
+def next_build(tag: str) -> str | None:
+    match = matrix.LINE_TAG.match(tag)
+    if not match:
+        return None
+    return f"v{match['version']}-{int(match['build']) + 1}"
+
+
+class Unreadable(BuildError):
+    """GitHub refused to show a setting to this job's token (HTTP 401/403)."""
+
+
+def _gh_json(*args: str) -> Any:
+    """``gh`` output as JSON; None when GitHub answers 404 (the thing does not exist)."""
+    result = subprocess.run(["gh", *args], capture_output=True, text=True, check=False)
+    if result.returncode == 0:
+        return json.loads(result.stdout or "null")
+    text = result.stderr + result.stdout
+    if "404" in text or "Not Found" in text or "release not found" in text:
+        return None
+    if "403" in text or "401" in text:
+        raise Unreadable(f"gh {' '.join(args)}: {text.strip()}")
+    raise BuildError(f"gh {' '.join(args)} failed: {text.strip()}")
+
+
+def _environment(tag: str) -> str | None:
+    base = f"repos/{{owner}}/{{repo}}/environments/{ENVIRONMENT}"
+    policies = _gh_json("api", f"{base}/deployment-branch-policies") or {}
+    return environment_problem(_gh_json("api", base), policies.get("branch_policies", []), tag)
+
+
+def problems(tag: str) -> tuple[list[str], list[str]]:
+    """(what stops publishing, what could not be read and needs a look by hand)."""
+    checks = {
+        "GitHub Pages": lambda: pages_problem(_gh_json("api", "repos/{owner}/{repo}/pages")),
+        f"the {ENVIRONMENT} environment": lambda: _environment(tag),
+        f"release {tag}": lambda: release_problem(
+            _gh_json("release", "view", tag, "--json", "isDraft"), tag),
+    }
+    found, unread = [], []
+    for what, check in checks.items():
+        try:
+            problem = check()
+        except Unreadable as exc:
+            # A token that may not read a setting is no reason to stop a release.
+            unread.append(f"{what} could not be read ({exc}); check it by hand "
+                          "(docs/releasing.md, 'One-time repository setup').")
+            continue
+        if problem:
+            found.append(problem)
+    return found, unread
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.publish_check",
+                                     description="Check that a tag's run can publish.")
+    parser.add_argument("--tag", required=True)
+    args = parser.parse_args(argv)
+    try:
+        found, unread = problems(args.tag)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for note in unread:
+        print(f"::warning title=Not checked::{note}")
+    for problem in found:
+        print(f"::error title=Cannot publish {args.tag}::{problem}")
+    if not found:
+        print(f"{args.tag}: Pages, the {ENVIRONMENT} environment and the release are ready")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""What the matrix job checks before a tag's build: Pages, the environment, the release."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from intelmac_torch_builder.ci import publish_check as check
+
+
+def test_pages_must_deploy_from_actions() -> None:
+    assert "not enabled" in str(check.pages_problem(None))
+    assert "Source: GitHub Actions" in str(check.pages_problem({"build_type": "legacy"}))
+    assert check.pages_problem({"build_type": "workflow"}) is None
+
+
+def test_the_environment_must_let_the_tag_deploy() -> None:
+    tag = "v2.14.1-1"
+    assert check.environment_problem(None, [], tag) is None  # created on first deploy, open
+    assert check.environment_problem({"deployment_branch_policy": None}, [], tag) is None
+    protected = {"deployment_branch_policy": {"protected_branches": True,
+                                              "custom_branch_policies": False}}
+    assert "protected branches only" in str(check.environment_problem(protected, [], tag))
+    custom = {"deployment_branch_policy": {"protected_branches": False,
+                                           "custom_branch_policies": True}}
+    branch_only = [{"name": "main", "type": "branch"}]
+    problem = check.environment_problem(custom, branch_only, tag)
+    assert problem is not None and "v* and release-*" in problem
+    tags = [{"name": "main", "type": "branch"}, {"name": "v*", "type": "tag"}]
+    assert check.environment_problem(custom, tags, tag) is None
+    assert check.environment_problem(custom, tags, "release-20261122") is not None
+
+
+def test_a_published_release_is_never_replaced() -> None:
+    assert check.release_problem(None, "v2.14.1-1") is None
+    assert check.release_problem({"isDraft": True}, "v2.14.1-1") is None
+    problem = check.release_problem({"isDraft": False}, "v2.14.1-1")
+    assert problem is not None and "Push v2.14.1-2" in problem
+    assert "release-YYYYMMDD" in str(check.release_problem({"isDraft": False}, "release-20261122"))
+
+
+def stand_in_gh(folder: Path, monkeypatch: pytest.MonkeyPatch, *cases: str) -> None:
+    """A `gh` on PATH that answers each `case` pattern of its arguments as GitHub would."""
+    gh = folder / "gh"
+    gh.write_text("#!/bin/sh\ncase \"$*\" in\n" + "".join(f"  {case};;\n" for case in cases)
+                  + "esac\n")
+    gh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+
+
+def test_main_asks_gh_and_names_every_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # A repository not set up yet, whose tag is already published.
+    stand_in_gh(
+        tmp_path, monkeypatch,
+        '*"/pages") echo "gh: Not Found (HTTP 404)" >&2; exit 1',
+        '*deployment-branch-policies) echo \'{"branch_policies": [{"name": "main", "type": "branch"}]}\'',
+        '*environments/github-pages) echo \'{"deployment_branch_policy": {"protected_branches": false, '
+        '"custom_branch_policies": true}}\'',
+        '"release view"*) echo \'{"isDraft": false}\'')
+    assert check.main(["--tag", "v2.14.1-1"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("::error title=Cannot publish v2.14.1-1::") == 3
+    assert "Source: GitHub Actions" in out and "v* and release-*" in out and "Push v2.14.1-2" in out
+
+
+def test_a_setting_the_token_may_not_read_warns_instead_of_blocking(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    stand_in_gh(
+        tmp_path, monkeypatch,
+        '*"/pages") echo \'{"build_type": "workflow"}\'',
+        '*environments*) echo "gh: Resource not accessible by integration (HTTP 403)" >&2; exit 1',
+        '"release view"*) echo "release not found" >&2; exit 1')
+    assert check.main(["--tag", "v2.14.1-1"]) == 0
+    out = capsys.readouterr().out
+    assert "::warning title=Not checked::the github-pages environment could not be read" in out

@@ -1,0 +1,125 @@
+"""Scenarios run in a process of their own against upstream's whole 2.6.0 allocator.
+
+``python -m tests.fake_metal.whole_scenarios LIBRARY FAKE_METAL`` with ``FAKE_METAL_CONFIG``
+naming one pretend GPU prints one JSON object: per scenario, what the allocator returned,
+its statistics and the stand-in's records. test_whole_allocator.py runs it once per GPU
+(the allocator, MPSDevice and the stream are process-wide singletons) and asserts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .fake_metal import FakeMetal
+
+KiB = 1 << 10
+MiB = 1 << 20
+DEVICE, PINNED, SCALAR = 0, 1, 2
+
+
+class Whole:
+    def __init__(self, library: Path) -> None:
+        self.lib = ctypes.CDLL(str(library), mode=os.RTLD_LOCAL)
+        for name in ("whole_alloc", "whole_stats"):
+            getattr(self.lib, name).restype = ctypes.c_char_p
+        self.lib.whole_alloc.argtypes = [ctypes.c_int, ctypes.c_uint64]
+        self.lib.whole_init.argtypes = [ctypes.c_uint64]
+        self.lib.whole_set_high_watermark.argtypes = [ctypes.c_double]
+
+    def alloc(self, kind: int, size: int) -> dict[str, Any]:
+        return json.loads(self.lib.whole_alloc(kind, size).decode())
+
+    def stats(self) -> dict[str, Any]:
+        return json.loads(self.lib.whole_stats().decode())
+
+
+def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
+    whole = Whole(library)
+    whole.lib.whole_init(gpu["registry_id"])
+    unified = gpu.get("unified_memory", False)
+    out: dict[str, Any] = {}
+
+    # allocation and exact accounting of what is in use
+    small = whole.alloc(DEVICE, 4 * KiB)
+    large = whole.alloc(DEVICE, 64 * MiB)
+    out["allocation"] = {"small": small, "large": large, "stats": whole.stats()}
+
+    # reuse: a freed block serves the next request of its size, with no new Metal memory
+    whole.lib.whole_free(small["handle"])
+    whole.lib.whole_complete()
+    before = whole.stats()
+    again = whole.alloc(DEVICE, 4 * KiB)
+    out["reuse"] = {"before": before, "again": again, "after": whole.stats()}
+
+    # scalars: upstream stages them through the SCALAR pool only with unified memory
+    if unified:
+        scalar = whole.alloc(SCALAR, 8)
+        out["scalar"] = {"block": scalar, "cpu_value_ok": whole.lib.whole_cpu_value_ok(scalar.get("handle", -1))}
+        whole.lib.whole_free(scalar.get("handle", -1))
+        whole.lib.whole_complete()
+
+    # pinned memory: the shared allocator, which exists only with unified memory on 2.6.0
+    pinned = whole.alloc(PINNED, 4 * KiB)
+    out["pinned"] = {"block": pinned}
+    if "handle" in pinned:
+        whole.lib.whole_free(pinned["handle"])
+
+    # free everything, then emptyCache returns every byte to Metal
+    whole.lib.whole_free(large["handle"])
+    whole.lib.whole_free(again["handle"])
+    whole.lib.whole_complete()
+    out["freed"] = whole.stats()
+    whole.lib.whole_empty_cache()
+    out["empty_cache"] = whole.stats()
+
+    # out of memory: past the high watermark the allocator refuses, says so, and recovers
+    whole.lib.whole_set_high_watermark(1.0)
+    limit = whole.stats()["high_watermark_limit"]
+    held = [whole.alloc(DEVICE, 256 * MiB) for _ in range(limit // (256 * MiB) + 2)]
+    refused = [b for b in held if "error" in b]
+    for block in held:
+        if "handle" in block:
+            whole.lib.whole_free(block["handle"])
+    whole.lib.whole_complete()
+    whole.lib.whole_empty_cache()
+    recovered = whole.alloc(DEVICE, 256 * MiB)
+    out["oom"] = {"limit": limit, "granted": len(held) - len(refused), "refused": refused[:1],
+                  "recovered": recovered}
+    if "handle" in recovered:
+        whole.lib.whole_free(recovered["handle"])
+    whole.lib.whole_complete()
+    whole.lib.whole_empty_cache()
+    # the device itself refuses (its memory_limit): with the allocator's own limit off, fill
+    # the device with tensors, then ask for a scalar and pinned memory. Metal's nil must end
+    # in upstream's "release the cache and retry, else out of memory", never in an assert.
+    whole.lib.whole_set_high_watermark(0.0)
+    filled = [whole.alloc(DEVICE, 256 * MiB) for _ in range(limit // (256 * MiB) + 2)]
+    late = [whole.alloc(SCALAR, 8) if unified else None, whole.alloc(PINNED, 4 * 1024)]
+    out["device_full"] = {"refused": [b for b in filled if "error" in b][:1],
+                          "late": [b for b in late if b is not None],
+                          "records": fake.records("device_memory_refused")[:1]}
+    for block in [*filled, *late]:
+        if block is not None and "handle" in block:
+            whole.lib.whole_free(block["handle"])
+    whole.lib.whole_complete()
+    whole.lib.whole_empty_cache()
+    out["end"] = whole.stats()
+    out["violations"] = fake.violations()
+    out["heap_storage_refused"] = fake.records("heap_storage_refused")
+    return out
+
+
+def main() -> None:
+    library, fake_library = Path(sys.argv[1]), Path(sys.argv[2])
+    fake = FakeMetal(fake_library)
+    gpu = json.loads(os.environ["FAKE_METAL_CONFIG"])["devices"][0]
+    print(json.dumps(run(library, fake, gpu)))
+
+
+if __name__ == "__main__":
+    main()
