@@ -29,17 +29,26 @@ and each counts how often it fired:
 
 Each fault is reported in the JSON like a planted fault (self_test), with the rows that
 must catch it.
+
+INTELMAC_REGRESS_PLANT_HANG=<op> plants a hang instead of a wrong value: in every group's
+process, the first call of the aten op <op> (e.g. ``argmax``, ``multinomial``) on the device
+under test never returns, as a kernel that deadlocks the GPU. The parent must stop the group
+after --check-timeout, report that check as a ``hang`` row and go on (__main__.run_group);
+the group's process started again after the hang runs without it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 ENV = "INTELMAC_REGRESS_KERNEL_FAULT"
+HANG_ENV = "INTELMAC_REGRESS_PLANT_HANG"
 
 
 @dataclass(frozen=True)
@@ -235,3 +244,52 @@ def install_from_env(group: str, device: str) -> list[str]:
         mode.__enter__()
         _LIBS.append(mode)
     return done
+
+
+def hang_from_env() -> str | None:
+    """The aten op name of INTELMAC_REGRESS_PLANT_HANG, or None."""
+    name = os.environ.get(HANG_ENV, "").strip()
+    if name.startswith("aten."):
+        name = name[len("aten."):]
+    if name and not name.replace("_", "").isalnum():
+        raise ValueError(f"{HANG_ENV}: {name!r} is not an aten op name (e.g. argmax, multinomial)")
+    return name or None
+
+
+def _hang_mode(device: str, op: str) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Hang(TorchDispatchMode):
+        """The device's first call of `op` never returns, as a deadlocked GPU's kernel."""
+
+        spent = False
+
+        def __torch_dispatch__(  # type: ignore[override]
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            if (
+                not self.spent
+                and func.overloadpacket.__name__ == op
+                and any(
+                    isinstance(a, torch.Tensor) and a.device.type == device
+                    for a in (*args, *kwargs.values())
+                )
+            ):
+                self.spent = True
+                print(f"regress: planted hang: {func} never returns ({HANG_ENV})",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                threading.Event().wait()  # until the parent stops this process
+            return func(*args, **kwargs)
+
+    return Hang()
+
+
+def install_hang_from_env(device: str) -> str | None:
+    """Install INTELMAC_REGRESS_PLANT_HANG in this group's process; the op, or None."""
+    op = hang_from_env()
+    if op is not None:
+        mode = _hang_mode(device, op)
+        mode.__enter__()  # for the rest of this group's process
+        _LIBS.append(mode)
+    return op

@@ -409,6 +409,20 @@ def fault_from_env() -> list[PlantedFault]:
 # --- running one op ------------------------------------------------------------------------
 
 
+def _tensor_text(t: Any) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+
+
+def describe_sample(sample: Any) -> str:
+    """An OpInfo sample's tensors as dtype[shape] ("input float32[4, 1025], args int64[4]")."""
+    parts = [f"input {_tensor_text(sample.input)}"] if isinstance(sample.input, torch.Tensor) else []
+    args = [_tensor_text(t) for t in _flatten(list(sample.args)) if isinstance(t, torch.Tensor)]
+    args += [f"{k}={_tensor_text(v)}" for k, v in sample.kwargs.items() if isinstance(v, torch.Tensor)]
+    if isinstance(sample.input, (list, tuple)):
+        parts = [f"inputs {', '.join(_tensor_text(t) for t in sample.input if isinstance(t, torch.Tensor))}"]
+    return ", ".join(parts + ([f"args {', '.join(args)}"] if args else [])) or "no tensors"
+
+
 def _sample_ok(op_name: str, sample: Any) -> bool:
     # Dropout inside SDPA draws different random numbers on each device: not comparable.
     if op_name == "nn.functional.scaled_dot_product_attention":
@@ -503,6 +517,9 @@ class ParityRunner:
     faults: tuple[PlantedFault, ...] = ()
     seed: int = 0
     op_db_index: dict[str, Any] = field(default_factory=dict)
+    # Told each sample before it runs ("sample 3: input int32[4, 1025]"): a check that
+    # never returns is then reported with the input it hung on (_stream.RowStream.at).
+    progress: Callable[[str], None] | None = None
 
     def run_op(self, op_name: str, family: str, dtype: torch.dtype) -> list[Result]:
         dname = DTYPE_NAMES[dtype]
@@ -550,6 +567,8 @@ class ParityRunner:
                 if not _sample_ok(op_name, sample):
                     continue
                 taken += 1
+                if self.progress is not None:
+                    self.progress(f"sample {index}: {describe_sample(sample)}")
                 try:
                     self._run_sample(
                         info, op_name, sample, index, dtype, tol, gtol, want_grad, fwd, grad

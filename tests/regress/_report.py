@@ -96,7 +96,7 @@ def markdown(
     if report.get("self_test"):
         st = report["self_test"]
         planted = ", ".join(
-            f"`{p['op']}` ({'kernel' if p['mode'] == 'kernel' else p['mode'] if p['mode'] == 'nan' else format(p['relative'], 'g') + ' relative noise'})"
+            f"`{p['op']}` ({'kernel' if p['mode'] == 'kernel' else p['mode'] if p['mode'] in ('nan', 'hang') else format(p['relative'], 'g') + ' relative noise'})"
             for p in st["planted"]
         )
         lines += [
