@@ -36,12 +36,14 @@ import torch
 from . import (
     _compat,
     _faults,
+    _kernels,
     _known,
     _memory,
     _ops,
     _parity,
     _patched,
     _report,
+    _sampling,
     _shapes,
     _stream,
     _training,
@@ -58,9 +60,12 @@ from ._device import (
 )
 
 UNEXPECTED = ("fail", "error", "hang")
-GROUPS = ("parity", "shapes", "memory", "training", "patched")
+GROUPS = ("parity", "shapes", "sampling", "memory", "training", "patched", "kernels")
 # The report section each group's rows go to (the parity group's are "results").
-SECTIONS = {"parity": "results", "shapes": "shapes", "memory": "memory", "training": "training", "patched": "patched"}
+SECTIONS = {
+    "parity": "results", "shapes": "shapes", "sampling": "sampling", "memory": "memory",
+    "training": "training", "patched": "patched", "kernels": "kernels",
+}  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAULT_MISSED = 3
 EXIT_INTERRUPTED = 130
@@ -111,7 +116,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         nargs="+",
         default=None,
         choices=list(_parity.DTYPE_NAMES.values()),
-        help="dtypes to compare (default: float32 float16 bfloat16; float32 float16 with --quick)",
+        help="dtypes to compare (default: float32 float16 bfloat16 int32 int64 uint8 bool; "
+        "float32 float16 int32 with --quick); integer dtypes run the integer ops "
+        "(tests/regress/_ops.py, INTEGER)",
     )
     p.add_argument("--samples", type=int, default=None, help="OpInfo samples per op and dtype")
     p.add_argument(
@@ -138,6 +145,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-vision",
         action="store_true",
         help="skip torchvision's MPS ops (checked with the op parity when torchvision is installed)",
+    )
+    p.add_argument(
+        "--no-sampling",
+        action="store_true",
+        help="skip the random-sampling checks (multinomial, randint, rand, randn, normal_, bernoulli)",
+    )
+    p.add_argument(
+        "--no-kernels",
+        action="store_true",
+        help="skip the kernel compile probe (a pipeline for every bundled Metal function; mps only)",
     )
     p.add_argument("--no-training", action="store_true", help="skip the training smoke")
     p.add_argument("--no-patched", action="store_true", help="skip the patched-build checks")
@@ -201,13 +218,17 @@ def _planted(args: argparse.Namespace) -> list[_parity.PlantedFault]:
     return faults + _parity.fault_from_env() + kernel
 
 
+def _wanted_dtypes(args: argparse.Namespace) -> list[str]:
+    if args.dtypes:
+        return list(args.dtypes)
+    return ["float32", "float16", "int32"] if args.quick else list(_parity.DTYPE_NAMES.values())
+
+
 def _parity_group(args: argparse.Namespace, device: str, stream: _stream.RowStream) -> None:
     samples = args.samples or (2 if args.quick else 8)
     stream.meta("samples", samples)
     ops = args.ops or (list(_ops.QUICK) if args.quick else _ops.all_ops())
-    wanted = args.dtypes or (
-        ["float32", "float16"] if args.quick else ["float32", "float16", "bfloat16"]
-    )
+    wanted = _wanted_dtypes(args)
     dtypes = [d for d, n in _parity.DTYPE_NAMES.items() if n in wanted]
     t0 = time.perf_counter()
     runner = _parity.ParityRunner(
@@ -235,7 +256,7 @@ def _parity_group(args: argparse.Namespace, device: str, stream: _stream.RowStre
                 "*", "*", dname, "forward", "unsupported", detail=f"device probe: {why}"
             ).as_dict())  # fmt: skip
             continue
-        for op in ops:
+        for op in _ops.ops_for(dtype.is_floating_point, args.ops, args.quick):
             family = _ops.FAMILY_OF[op]
             if not stream.begin("results", _parity.Result(op, family, dname, "forward", "error").as_dict()):
                 continue  # an earlier attempt of this group began it (hung there)
@@ -251,9 +272,7 @@ def _parity_group(args: argparse.Namespace, device: str, stream: _stream.RowStre
 
 
 def _shapes_group(args: argparse.Namespace, device: str, stream: _stream.RowStream) -> None:
-    wanted = args.dtypes or (
-        ["float32", "float16"] if args.quick else ["float32", "float16", "bfloat16"]
-    )
+    wanted = _wanted_dtypes(args)
     budget, where = _memory.budget_bytes(device, args.memory_bytes, args.memory_fraction)
     stream.meta("shapes_budget", where)
     ops = tuple(args.shapes_ops) if args.shapes_ops else None
@@ -272,6 +291,10 @@ def _run_group_here(
         _parity_group(args, device, stream)
     elif name == "shapes":
         _shapes_group(args, device, stream)
+    elif name == "sampling":
+        _sampling.run(device, stream)
+    elif name == "kernels":
+        _kernels.run(device, stream)
     elif name == "memory":
         _memory.run(
             device,
@@ -503,6 +526,13 @@ def _planted_hang(
     return record, [r for r in rows if r not in hung]
 
 
+def _count(rows: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts
+
+
 def ops_summary(results: list[dict[str, Any]]) -> tuple[int, list[str], list[str]]:
     """Ops checked, ops passing (every row of the op passes), ops failing (any row fails or
     errors, expected or not). Rows for a whole dtype ("*") belong to no op."""
@@ -552,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {
         "parity": not args.no_parity,
         "shapes": not args.no_shapes,
+        "sampling": not args.no_sampling,
+        "kernels": not args.no_kernels,
         "memory": not args.no_memory,
         "training": not args.no_training,
         "patched": not args.no_patched and _patched.skip_reason() is None,
@@ -576,9 +608,11 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[dict[str, Any]] = section("parity")
     shapes: list[dict[str, Any]] = section("shapes")
+    sampling: list[dict[str, Any]] = section("sampling")
+    kernels: list[dict[str, Any]] = section("kernels")
     dtype_notes: dict[str, str] = meta("parity").get("dtype_notes", {})
     samples = meta("parity").get("samples", args.samples or (2 if args.quick else 8))
-    for res in results + shapes:
+    for res in results + shapes + sampling + kernels:
         known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"])
         res["raw_status"] = res["status"]
         res["status"] = _known.apply(res["status"], known)
@@ -592,7 +626,9 @@ def main(argv: list[str] | None = None) -> int:
 
     unexpected = [r for r in results if r["status"] in UNEXPECTED]
     unexpected += [
-        {**r, "check": f"{r['check']} [{r['case']}]"} for r in shapes if r["status"] in UNEXPECTED
+        {**r, "check": f"{r['check']} [{r['case']}]"}
+        for r in shapes + sampling + kernels
+        if r["status"] in UNEXPECTED
     ]
     unexpected += [
         {"op": m["op"], "check": "memory", "dtype": m["name"].partition(":")[2] or "-", **m}
@@ -675,7 +711,9 @@ def main(argv: list[str] | None = None) -> int:
             "ops_failing_on_device": failing,
             "memory_counts": memory_counts,
             "shape_counts": shape_counts,
-            "shape_ops_failing": sorted({r["op"] for r in shapes if r["status"] in ("fail", "error", "xfail")}),
+            "shape_ops_failing": sorted({r["op"] for r in shapes if r["status"] in ("fail", "error", "xfail", "hang")}),
+            "sampling_counts": _count(sampling),
+            "kernel_counts": _count(kernels),
             "unexpected_failures": len(unexpected),
             "unexpected_passes": len(xpass),
             "training": {t["model"]: t["status"] for t in training},
@@ -690,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
         "unexpected": unexpected,
         "results": results,
         "shapes": shapes,
+        "sampling": sampling,
+        "kernels": kernels,
         "shapes_notes": {
             "tolerance": meta("shapes").get("shapes_tolerance", ""),
             "large": meta("shapes").get("shapes_large", ""),

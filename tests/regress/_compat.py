@@ -87,10 +87,11 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     out = []
     for r in report.get("results", []):
         out.append(("parity", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]), r.get("detail", "")))
-    for r in report.get("shapes", []):
-        where = f"{r['check']} [{r['case']}]"
-        out.append(("shapes", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
-                    f"{where}: {r.get('detail', '')}"))  # fmt: skip
+    for group in ("shapes", "sampling", "kernels"):
+        for r in report.get(group, []):
+            where = f"{r['check']} [{r['case']}]"
+            out.append((group, r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
+                        f"{where}: {r.get('detail', '')}"))  # fmt: skip
     for m in report.get("memory", []):
         check, _, dtype = m["name"].partition(":")
         out.append(("memory", f"memory.{check}", dtype or "-", "memory", m["status"],

@@ -25,7 +25,12 @@ from ._device import synchronize
 
 TOLERANCES_FILE = Path(__file__).with_name("tolerances.yaml")
 LOW_PRECISION = (torch.float16, torch.bfloat16)
-DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+DTYPE_NAMES = {
+    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+    torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8", torch.bool: "bool",
+}  # fmt: skip
+FLOATING = ("float32", "float16", "bfloat16")
+INTEGRAL = ("int32", "int64", "uint8", "bool")
 
 # Status of one (op, dtype, check) result. "fail" and "error" are unexpected failures unless
 # the known-failures file lists them.
@@ -49,6 +54,11 @@ class Tolerance:
     # magnitude of the output, for sums of products whose result may cancel to near zero
     # while the rounding error stays that of the terms (tolerances.yaml, relative_to).
     relative_to: str = "element"
+
+
+# Integer inputs: results are exact on every device (sums and products wrap modulo 2^64 the
+# same way in any order); compare() checks integer outputs exactly whatever the tolerance.
+EXACT = Tolerance(0.0, 0.0)
 
 
 def load_tolerances(path: Path = TOLERANCES_FILE) -> dict[str, dict[str, Tolerance]]:
@@ -551,8 +561,8 @@ class ParityRunner:
                     detail=f"OpInfo declares no {dname} support",
                 )
             ]
-        tol = self.tolerances[family][dname]
-        gtol = self.tolerances[family]["grad_float32"]
+        tol = self.tolerances.get(family, {}).get(dname, EXACT)
+        gtol = self.tolerances.get(family, {}).get("grad_float32", EXACT)
         want_grad = dtype == torch.float32 and bool(getattr(info, "supports_autograd", False))
         fwd, grad = _Accumulator(), _Accumulator()
         started = time.perf_counter()
