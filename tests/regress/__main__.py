@@ -69,6 +69,7 @@ SECTIONS = {
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAULT_MISSED = 3
 EXIT_INTERRUPTED = 130
+EXIT_ORPHANED = 125  # a group's process whose parent is gone
 # The deadline of one check: an Intel UHD 630 compiling its first kernels and running the
 # largest cases of the shapes group needs tens of seconds; a check silent for 5 minutes is
 # taken as hung. A real hang costs this much once per hung check.
@@ -463,7 +464,24 @@ def run_group(
     return payload, record
 
 
+def _end_with_parent() -> None:
+    """A group's process runs in a session of its own (so that a hang is stopped with all it
+    started): when its parent is gone (killed, or a crash in the suite), it ends too, instead
+    of hanging on in a check that never returns."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
+
+
 def _worker(args: argparse.Namespace, device: str) -> int:
+    _end_with_parent()
     _configure_precision(device)
     assert args.worker_out is not None
     skip = frozenset(json.loads(args.skip_checks.read_text(encoding="utf-8"))) if args.skip_checks else frozenset()
