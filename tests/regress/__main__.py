@@ -630,8 +630,9 @@ def main(argv: list[str] | None = None) -> int:
     kernels: list[dict[str, Any]] = section("kernels")
     dtype_notes: dict[str, str] = meta("parity").get("dtype_notes", {})
     samples = meta("parity").get("samples", args.samples or (2 if args.quick else 8))
+    host_macos = host_info()["macos"]
     for res in results + shapes + sampling + kernels:
-        known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"])
+        known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"], host_macos)
         res["raw_status"] = res["status"]
         res["status"] = _known.apply(res["status"], known)
         res["known"] = known.as_dict() if known else None

@@ -246,3 +246,46 @@ def test_off_mps_the_group_is_one_skip_row_with_its_reason() -> None:
     # A torch without the series' operator says which torch has it.
     assert _kernels.probe_op() is None
     assert "mps_kernel_probe" in (_kernels.skip_reason("mps") or "")
+
+
+# --- compat.json's limits and known failures by macOS ----------------------------------------
+
+
+def test_compat_records_the_limits_and_says_when_there_are_none() -> None:
+    from tests.regress import _compat
+
+    report = {
+        "device": {"type": "mps", "name": "Intel(R) UHD Graphics 630", "family": "intel-gen9",
+                   "details": {"gpu_limits": {"source": "none: this torch has no torch.ops.intelmac.mps_gpu_limits"}}},
+        "torch": {"version": "2.6.0"}, "host": {"macos": "13.6.1"}, "summary": {}, "results": [],
+    }  # fmt: skip
+    compat = _compat.build(report)
+    _compat.validate(compat)
+    assert compat["gpu"]["limits"] == {
+        "metal_families": None, "thread_execution_width": None, "max_threads_per_threadgroup": None,
+        "max_threadgroup_memory_bytes": None, "source": "none: this torch has no torch.ops.intelmac.mps_gpu_limits",
+    }  # fmt: skip
+    assert compat["macos"] == "13.6.1"
+    assert "threadExecutionWidth -" in _compat.markdown(compat)
+
+
+def test_known_failures_can_key_on_a_macos_range(tmp_path: Any) -> None:
+    from tests.regress import _known
+
+    path = tmp_path / "known.yaml"
+    path.write_text(
+        "families:\n  amd-rdna1:\n"
+        "    - {id: sonoma-argmax, ops: [argmax], dtypes: [int32], checks: [forward], issue: 1,\n"
+        "       reason: wrong since 14.4, macos: '>=14.4,<15'}\n"
+        "    - {id: any-macos, ops: [sum], dtypes: [int32], checks: [forward], issue: 2, reason: r}\n"
+    )
+    table = _known.load(path)
+    hit = _known.lookup(table, "amd-rdna1", "argmax", "int32", "forward", "14.7.1")
+    assert hit is not None and hit.as_dict()["macos"] == ">=14.4,<15"
+    assert _known.lookup(table, "amd-rdna1", "argmax", "int32", "forward", "14.3") is None
+    assert _known.lookup(table, "amd-rdna1", "argmax", "int32", "forward", "15.0") is None
+    assert _known.lookup(table, "amd-rdna1", "argmax", "int32", "forward", None) is None  # not a Mac
+    assert _known.lookup(table, "amd-rdna1", "sum", "int32", "forward", None) is not None
+    path.write_text(path.read_text().replace("'>=14.4,<15'", "'from 14.4'"))
+    with pytest.raises(ValueError, match="sonoma-argmax: macos 'from 14.4' is not a version range"):
+        _known.load(path)
