@@ -1,9 +1,10 @@
 """python -m tests.regress --device D --out DIR [--quick] [--self-test] [--ops OP ...]
 
-Each group (OpInfo parity, shapes, memory paths, training smoke, patched-build checks) runs in
-its own subprocess and writes each row as it finishes: a process abort (a Metal validation
-failure aborts) is recorded as that group's failure, with its stderr; the check it was in
-becomes an error row, the rows finished before it stay, and the rest of the report survives.
+Each group (OpInfo parity, shapes, the public reports' cases, memory paths, training smoke,
+patched-build checks) runs in its own subprocess and writes each row as it finishes: a
+process abort (a Metal validation failure aborts) is recorded as that group's failure, with
+its stderr; the check it was in becomes an error row, the rows finished before it stay, and
+the rest of the report survives.
 Every run also writes compat.json and compat.md, the small report to share (_compat.py).
 
 Exit codes: 0 no unexpected failure (with a planted fault: it was caught and nothing else
@@ -36,6 +37,7 @@ from . import (
     _parity,
     _patched,
     _report,
+    _reports,
     _shapes,
     _stream,
     _training,
@@ -52,9 +54,10 @@ from ._device import (
 )
 
 UNEXPECTED = ("fail", "error")
-GROUPS = ("parity", "shapes", "memory", "training", "patched")
+GROUPS = ("parity", "shapes", "reports", "memory", "training", "patched")
 # The report section each group's rows go to (the parity group's are "results").
-SECTIONS = {"parity": "results", "shapes": "shapes", "memory": "memory", "training": "training", "patched": "patched"}
+SECTIONS = {"parity": "results", "shapes": "shapes", "reports": "reports", "memory": "memory",
+            "training": "training", "patched": "patched"}  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAULT_MISSED = 3
 
@@ -117,6 +120,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=list(_shapes.OPS),
         metavar="OP",
         help="only these ops in the shapes group (e.g. sum softmax)",
+    )
+    p.add_argument(
+        "--no-reports",
+        action="store_true",
+        help="skip the reports group (the public Intel/AMD bug reports' own shapes and values; "
+        "tests/regress/known_gpu_bugs.yaml)",
     )
     p.add_argument(
         "--no-vision",
@@ -242,6 +251,8 @@ def _run_group_here(
         _parity_group(args, device, stream)
     elif name == "shapes":
         _shapes_group(args, device, stream)
+    elif name == "reports":
+        _reports.run(device, tuple(f for f in _planted(args) if f.op.startswith(_reports.PREFIX)), stream)
     elif name == "memory":
         _memory.run(
             device,
@@ -420,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {
         "parity": not args.no_parity,
         "shapes": not args.no_shapes,
+        "reports": not args.no_reports,
         "memory": not args.no_memory,
         "training": not args.no_training,
         "patched": not args.no_patched and _patched.skip_reason() is None,
@@ -440,9 +452,10 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[dict[str, Any]] = section("parity")
     shapes: list[dict[str, Any]] = section("shapes")
+    reports: list[dict[str, Any]] = section("reports")
     dtype_notes: dict[str, str] = meta("parity").get("dtype_notes", {})
     samples = meta("parity").get("samples", args.samples or (2 if args.quick else 8))
-    for res in results + shapes:
+    for res in results + shapes + reports:
         known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"])
         res["raw_status"] = res["status"]
         res["status"] = _known.apply(res["status"], known)
@@ -457,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     unexpected = [r for r in results if r["status"] in UNEXPECTED]
     unexpected += [
         {**r, "check": f"{r['check']} [{r['case']}]"} for r in shapes if r["status"] in UNEXPECTED
+    ]
+    unexpected += [
+        {**r, "check": f"{r['check']} [{r['case']}]"} for r in reports if r["status"] in UNEXPECTED
     ]
     unexpected += [
         {"op": m["op"], "check": "memory", "dtype": m["name"].partition(":")[2] or "-", **m}
@@ -479,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, g in groups.items()
         if g["status"] == "error"
     ]
-    xpass = [r for r in results if r["status"] == "xpass"]
+    xpass = [r for r in results + reports if r["status"] == "xpass"]
     self_test, unexpected = _self_test(faults, unexpected)
     if self_test is not None and kernel_faults:
         self_test["kernel_faults"] = kernel_faults
@@ -508,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     shape_counts: dict[str, int] = {}
     for r in shapes:
         shape_counts[r["status"]] = shape_counts.get(r["status"], 0) + 1
+    report_counts: dict[str, int] = {}
+    for r in reports:
+        report_counts[r["status"]] = report_counts.get(r["status"], 0) + 1
     checked, passing, failing = ops_summary(results)
     report = {
         "tool": "tests.regress",
@@ -536,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
             "memory_counts": memory_counts,
             "shape_counts": shape_counts,
             "shape_ops_failing": sorted({r["op"] for r in shapes if r["status"] in ("fail", "error", "xfail")}),
+            "report_counts": report_counts,
+            "report_ops_failing": sorted({r["op"] for r in reports if r["status"] in ("fail", "error", "xfail")}),
             "unexpected_failures": len(unexpected),
             "unexpected_passes": len(xpass),
             "training": {t["model"]: t["status"] for t in training},
@@ -555,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
             "large": meta("shapes").get("shapes_large", ""),
             "budget": meta("shapes").get("shapes_budget", ""),
         },
+        "reports": reports,
         "memory": memory,
         "training": training,
         "patched_checks": patched,

@@ -91,6 +91,9 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
         where = f"{r['check']} [{r['case']}]"
         out.append(("shapes", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
                     f"{where}: {r.get('detail', '')}"))  # fmt: skip
+    for r in report.get("reports", []):
+        out.append(("reports", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
+                    f"[{r['case']}]: {r.get('detail', '')}"))  # fmt: skip
     for m in report.get("memory", []):
         check, _, dtype = m["name"].partition(":")
         out.append(("memory", f"memory.{check}", dtype or "-", "memory", m["status"],
