@@ -219,9 +219,9 @@ def describe(device: str) -> DeviceInfo:
 
 @functools.cache
 def dtype_supported(device: str, dtype: torch.dtype) -> tuple[bool, str]:
-    """Probe whether `device` can allocate and compute in `dtype` (bf16 on Intel/AMD MPS cannot,
-    upstream issue 141864). A probe beats a version table: the answer depends on the GPU,
-    the macOS release and the torch line together."""
+    """Probe whether `device` can allocate and compute in `dtype` (bfloat16 on an Intel or AMD
+    GPU is the case in point: docs/known-gpu-bugs.md). A probe beats a version table: the
+    answer depends on the GPU, the macOS release and the torch line together."""
     try:
         a = torch.arange(16, dtype=torch.float32).reshape(4, 4).to(device=device, dtype=dtype)
         out = (a @ a + a).sum().to("cpu", torch.float32)
