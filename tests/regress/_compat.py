@@ -21,7 +21,7 @@ from typing import Any
 FORMAT = "intelmac-torch-compat/1"
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 # Worst first: the status of an (op, dtype) is the worst of its rows.
-ORDER = ("error", "fail", "unsupported", "fallback", "pass", "skip")
+ORDER = ("hang", "error", "fail", "unsupported", "fallback", "pass", "skip")
 MESSAGE_LIMIT = 240
 _HOME = re.compile(r"(/Users|/home|/var/folders|/private/var/folders|C:\\Users)[/\\][^/\\\s'\"]+")
 
@@ -87,13 +87,11 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     out = []
     for r in report.get("results", []):
         out.append(("parity", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]), r.get("detail", "")))
-    for r in report.get("shapes", []):
-        where = f"{r['check']} [{r['case']}]"
-        out.append(("shapes", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
-                    f"{where}: {r.get('detail', '')}"))  # fmt: skip
-    for r in report.get("reports", []):
-        out.append(("reports", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
-                    f"[{r['case']}]: {r.get('detail', '')}"))  # fmt: skip
+    for group in ("shapes", "reports", "sampling", "kernels"):
+        for r in report.get(group, []):
+            where = f"{r['check']} [{r['case']}]"
+            out.append((group, r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
+                        f"{where}: {r.get('detail', '')}"))  # fmt: skip
     for m in report.get("memory", []):
         check, _, dtype = m["name"].partition(":")
         out.append(("memory", f"memory.{check}", dtype or "-", "memory", m["status"],
@@ -124,7 +122,7 @@ def build(report: dict[str, Any]) -> dict[str, Any]:
         status = status if status in ORDER else "error"
         if ORDER.index(status) < ORDER.index(entry["status"]):
             entry["status"] = status
-        if status in ("error", "fail", "unsupported"):
+        if status in ("hang", "error", "fail", "unsupported"):
             if check not in entry["failed_checks"]:
                 entry["failed_checks"].append(check)
             if entry["message"] is None:
@@ -188,7 +186,7 @@ def markdown(compat: dict[str, Any], limit: int = 12) -> str:
             f"| {group} | {c.get('pass', 0)} | {c.get('fail', 0)} | {c.get('error', 0)} | "
             f"{c.get('unsupported', 0)} | {other} |"
         )
-    bad = [e for e in compat["ops"] if e["status"] in ("error", "fail")]
+    bad = [e for e in compat["ops"] if e["status"] in ("hang", "error", "fail")]
     lines += ["", f"Counted per op and dtype. Failing or erroring: {len(bad)}."]
     for e in bad[:limit]:
         lines.append(f"- `{e['group']}` {e['op']} {e['dtype']}: **{e['status']}**: {e['message']}")

@@ -223,6 +223,12 @@ def dtype_supported(device: str, dtype: torch.dtype) -> tuple[bool, str]:
     GPU is the case in point: docs/known-gpu-bugs.md). A probe beats a version table: the
     answer depends on the GPU, the macOS release and the torch line together."""
     try:
+        if not dtype.is_floating_point:
+            # Integers and bool: no matmul on every backend (CUDA has none); a sum must do.
+            host = torch.arange(16).to(dtype)
+            got, want = int(host.to(device).sum().to("cpu")), int(host.sum())
+            synchronize(device)
+            return (True, "") if got == want else (False, f"{dtype} probe summed {got} instead of {want}")
         a = torch.arange(16, dtype=torch.float32).reshape(4, 4).to(device=device, dtype=dtype)
         out = (a @ a + a).sum().to("cpu", torch.float32)
         synchronize(device)

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 KNOWN_FILE = Path(__file__).with_name("known_failures.yaml")
-FAILING = ("fail", "error", "unsupported")
+FAILING = ("fail", "error", "unsupported", "hang")
 
 
 @dataclass(frozen=True)

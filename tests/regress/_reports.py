@@ -261,11 +261,12 @@ def run(
     for index, case in enumerate(c for c in CASES if names is None or c.name in names):
         fault = next((f for f in faults if not f.memory and f.targets(case.op)), None)
         for dtype in case.dtypes:
+            if not stream.begin(SECTION, _row(case, dtype, "error")):
+                continue  # an earlier attempt of this group began it (and hung there)
             ok, why = supported[dtype]
             if not ok:
                 row = _row(case, dtype, "unsupported", detail=f"device probe: {why}")
             else:
-                stream.begin(SECTION, _row(case, dtype, "error"))
                 try:
                     row = run_case(case, device, dtype, tolerances[case.family][dtype], fault, index)
                 except Exception as exc:  # noqa: BLE001  # the suite's own code: still a row

@@ -132,8 +132,9 @@ class Rows:
         self.rows: list[tuple[str, dict[str, Any]]] = []
         self.begun: list[dict[str, Any]] = []
 
-    def begin(self, section: str, row: dict[str, Any]) -> None:
+    def begin(self, section: str, row: dict[str, Any]) -> bool:
         self.begun.append(row)
+        return True
 
     def row(self, section: str, row: dict[str, Any]) -> None:
         self.rows.append((section, row))
