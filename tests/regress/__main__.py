@@ -1,9 +1,10 @@
 """python -m tests.regress --device D --out DIR [--quick] [--self-test] [--ops OP ...]
 
-Each group (OpInfo parity, shapes, memory paths, training smoke, patched-build checks) runs in
-its own subprocess and writes each row as it finishes: a process abort (a Metal validation
-failure aborts) is recorded as that group's failure, with its stderr; the check it was in
-becomes an error row, the rows finished before it stay, and the rest of the report survives.
+Each group (OpInfo parity, shapes, the public reports' cases, memory paths, training smoke,
+patched-build checks) runs in its own subprocess and writes each row as it finishes: a
+process abort (a Metal validation failure aborts) is recorded as that group's failure, with
+its stderr; the check it was in becomes an error row, the rows finished before it stay, and
+the rest of the report survives.
 Every run also writes compat.json and compat.md, the small report to share (_compat.py).
 
 A check that never returns (a GPU that deadlocks or times out) is stopped: when a group's
@@ -43,6 +44,7 @@ from . import (
     _parity,
     _patched,
     _report,
+    _reports,
     _sampling,
     _shapes,
     _stream,
@@ -60,11 +62,11 @@ from ._device import (
 )
 
 UNEXPECTED = ("fail", "error", "hang")
-GROUPS = ("parity", "shapes", "sampling", "memory", "training", "patched", "kernels")
+GROUPS = ("parity", "shapes", "reports", "sampling", "memory", "training", "patched", "kernels")
 # The report section each group's rows go to (the parity group's are "results").
 SECTIONS = {
-    "parity": "results", "shapes": "shapes", "sampling": "sampling", "memory": "memory",
-    "training": "training", "patched": "patched", "kernels": "kernels",
+    "parity": "results", "shapes": "shapes", "reports": "reports", "sampling": "sampling",
+    "memory": "memory", "training": "training", "patched": "patched", "kernels": "kernels",
 }  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAULT_MISSED = 3
@@ -141,6 +143,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=list(_shapes.OPS),
         metavar="OP",
         help="only these ops in the shapes group (e.g. sum softmax)",
+    )
+    p.add_argument(
+        "--no-reports",
+        action="store_true",
+        help="skip the reports group (the public Intel/AMD bug reports' own shapes and values; "
+        "tests/regress/known_gpu_bugs.yaml)",
     )
     p.add_argument(
         "--no-vision",
@@ -292,6 +300,8 @@ def _run_group_here(
         _parity_group(args, device, stream)
     elif name == "shapes":
         _shapes_group(args, device, stream)
+    elif name == "reports":
+        _reports.run(device, tuple(f for f in _planted(args) if f.op.startswith(_reports.PREFIX)), stream)
     elif name == "sampling":
         _sampling.run(device, stream)
     elif name == "kernels":
@@ -600,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {
         "parity": not args.no_parity,
         "shapes": not args.no_shapes,
+        "reports": not args.no_reports,
         "sampling": not args.no_sampling,
         "kernels": not args.no_kernels,
         "memory": not args.no_memory,
@@ -626,12 +637,13 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[dict[str, Any]] = section("parity")
     shapes: list[dict[str, Any]] = section("shapes")
+    reports: list[dict[str, Any]] = section("reports")
     sampling: list[dict[str, Any]] = section("sampling")
     kernels: list[dict[str, Any]] = section("kernels")
     dtype_notes: dict[str, str] = meta("parity").get("dtype_notes", {})
     samples = meta("parity").get("samples", args.samples or (2 if args.quick else 8))
     host_macos = host_info()["macos"]
-    for res in results + shapes + sampling + kernels:
+    for res in results + shapes + reports + sampling + kernels:
         known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"], host_macos)
         res["raw_status"] = res["status"]
         res["status"] = _known.apply(res["status"], known)
@@ -646,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     unexpected = [r for r in results if r["status"] in UNEXPECTED]
     unexpected += [
         {**r, "check": f"{r['check']} [{r['case']}]"}
-        for r in shapes + sampling + kernels
+        for r in shapes + reports + sampling + kernels
         if r["status"] in UNEXPECTED
     ]
     unexpected += [
@@ -670,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, g in groups.items()
         if g["status"] == "error"
     ]
-    xpass = [r for r in results if r["status"] == "xpass"]
+    xpass = [r for r in results + reports if r["status"] == "xpass"]
     self_test, unexpected = _self_test(faults, unexpected)
     self_test, unexpected = _planted_hang(_faults.hang_from_env(), self_test, unexpected)
     if self_test is not None and kernel_faults:
@@ -731,6 +743,8 @@ def main(argv: list[str] | None = None) -> int:
             "memory_counts": memory_counts,
             "shape_counts": shape_counts,
             "shape_ops_failing": sorted({r["op"] for r in shapes if r["status"] in ("fail", "error", "xfail", "hang")}),
+            "report_counts": _count(reports),
+            "report_ops_failing": sorted({r["op"] for r in reports if r["status"] in ("fail", "error", "xfail", "hang")}),
             "sampling_counts": _count(sampling),
             "kernel_counts": _count(kernels),
             "unexpected_failures": len(unexpected),
@@ -754,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
             "large": meta("shapes").get("shapes_large", ""),
             "budget": meta("shapes").get("shapes_budget", ""),
         },
+        "reports": reports,
         "memory": memory,
         "training": training,
         "patched_checks": patched,

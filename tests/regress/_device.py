@@ -238,9 +238,9 @@ def describe(device: str) -> DeviceInfo:
 
 @functools.cache
 def dtype_supported(device: str, dtype: torch.dtype) -> tuple[bool, str]:
-    """Probe whether `device` can allocate and compute in `dtype` (bf16 on Intel/AMD MPS cannot,
-    upstream issue 141864). A probe beats a version table: the answer depends on the GPU,
-    the macOS release and the torch line together."""
+    """Probe whether `device` can allocate and compute in `dtype` (bfloat16 on an Intel or AMD
+    GPU is the case in point: docs/known-gpu-bugs.md). A probe beats a version table: the
+    answer depends on the GPU, the macOS release and the torch line together."""
     try:
         if not dtype.is_floating_point:
             # Integers and bool: no matmul on every backend (CUDA has none); a sum must do.

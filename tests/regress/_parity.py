@@ -316,7 +316,8 @@ class PlantedFault:
     """Self-test: corrupt one op's device output; the suite must catch it.
 
     `mode` "noise" multiplies by 1 +- `relative` with random signs; "nan" puts a NaN in the
-    first element of every non-empty floating output; "raise" makes the op raise, and
+    first element of every non-empty floating output; with either, integer and bool outputs
+    have their first element off by one (inverted); "raise" makes the op raise, and
     "raise-backward" makes its backward raise (a kernel the GPU lacks): the row must become an
     `error` with the message, and no other row may be lost. An `op` that starts with "memory."
     names a prefix of the memory group's checks (tests/regress/_memory.py), whose device
@@ -356,6 +357,13 @@ class PlantedFault:
                     last.add_(1)
                 return t
             if not t.is_floating_point():
+                if t.numel() == 0 or t.is_complex():
+                    return t
+                # Integer and bool outputs (indices, casts, masks): one element off, as a
+                # wrong index or a bad conversion leaves it; noise cannot express that.
+                t = t.clone()
+                first = t.view(-1)[:1]
+                first.logical_not_() if t.dtype == torch.bool else first.add_(1)
                 return t
             if self.mode == "nan":
                 if t.numel() == 0:

@@ -89,6 +89,9 @@ def markdown(
         "Shapes checks: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("shape_counts", {}).items())) or "none"),
         "",
+        "Public-report cases: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("report_counts", {}).items())) or "none"),
+        "",
         "Groups (each in its own process): "
         + ", ".join(f"{k} {v}" for k, v in summ["groups"].items()),
         "",
@@ -223,6 +226,7 @@ def markdown(
             )
         lines.append("")
     lines += _shapes_section(report)
+    lines += _reports_section(report)
     lines += checks_section(
         "Sampling", report.get("sampling") or [],
         "Random ops checked by what every correct draw satisfies: range, zero-probability "
@@ -329,6 +333,30 @@ def _shapes_section(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _reports_section(report: dict[str, Any]) -> list[str]:
+    rows = report.get("reports") or []
+    if not rows:
+        return []
+    lines = [
+        "## Public reports (the cases of tests/regress/known_gpu_bugs.yaml)",
+        "",
+        "Each case at the shapes and values of a public Intel/AMD report, against the CPU with its",
+        "op family's tolerances (tests/regress/tolerances.yaml); repeated cases compare every run.",
+        "",
+        "| case | dtype | status | runs | max abs err | what | detail |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        err = r.get("max_abs_err")
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {_SYMBOL.get(r['status'], r['status'])} | {r.get('runs', '')} | "
+            f"{f'{err:.3g}' if isinstance(err, (int, float)) else ''} | {r['case']} | "
+            f"{str(r.get('detail', '')).replace('|', '/')} |"
+        )
+    lines.append("")
+    return lines
+
+
 def console_summary(
     report: dict[str, Any], unexpected: list[dict[str, Any]], xpass: list[dict[str, Any]]
 ) -> str:
@@ -340,6 +368,8 @@ def console_summary(
         + (", ".join(f"{k} {v}" for k, v in sorted(summ["memory_counts"].items())) or "none")
         + "; shapes checks: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("shape_counts", {}).items())) or "none")
+        + "; report cases: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("report_counts", {}).items())) or "none")
     ]
     out += [
         f"  group {name}: {g['detail']}"

@@ -199,7 +199,10 @@ def test_known_failures_file() -> None:
     for family in ("intel-gen9", "intel-gen11", "amd-gcn", "amd-rdna1", "amd-rdna2", "apple"):
         assert family in table
     issues = {k.issue for entries in table.values() for k in entries}
-    assert {141864, 178697, 112186, 84138} <= issues
+    assert {178697, 112186, 84138} <= issues
+    # bfloat16 is probed on the device, not assumed missing: no entry keys on it (issue 25).
+    assert 141864 not in issues
+    assert _known.lookup(table, "amd-rdna2", "reports.linear_320_to_1280", "float32", "forward") is not None
     linear = _known.lookup(table, "amd-rdna2", "nn.functional.linear", "float32", "forward")
     assert linear is not None and linear.issue == 178697
     assert (
