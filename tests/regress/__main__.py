@@ -623,6 +623,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in GROUPS:
         if interrupted:
             groups[name] = {"status": "skipped", "detail": "not run: the run was interrupted (Ctrl-C)"}
+        elif name == "kernels" and wanted[name] and _kernels.skip_reason(device) is not None:
+            # One skip row needs no process of its own (that would cost a start-up of torch).
+            payloads[name] = {"kernels": [_kernels.skip_row(str(_kernels.skip_reason(device)))], "meta": {}}
+            groups[name] = {"status": "ok", "detail": "", "seconds": 0.0, "rows_kept": 1}
         elif wanted[name]:
             payloads[name], groups[name] = run_group(name, raw_argv, device, args.check_timeout)
             interrupted = groups[name]["status"] == "interrupted"
