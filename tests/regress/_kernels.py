@@ -10,8 +10,9 @@ The libraries are found in the binary itself (`find_metallibs`: each starts with
 "MTLB" magic, and its header gives its length and the macOS it targets; 2.15.0's
 libtorch_cpu holds one for macOS 14 and one for macOS 26.2); torch loads the newest one the
 running macOS can use, and so does the probe (`chosen`). Building pipelines is Metal's part:
-``torch.ops.intelmac.mps_kernel_probe`` of the patch series. Lines whose kernels torch
-compiles from source at run time (2.6.0) bundle no library: the group then says so.
+``torch.ops.intelmac.mps_kernel_probe`` of the patch series (MPSKernelProbe.mm, patch 0002),
+which takes the library as a file. Lines whose kernels torch compiles from source at run
+time bundle no library: the group then says so.
 On devices other than mps the group is one skip row with the reason.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import re
 import struct
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,15 +109,19 @@ def _row(op: str, case: str, status: str, detail: str = "", seconds: float = 0.0
 
 
 def rows_from_probe(lines: list[str], case: str, seconds: float) -> list[dict[str, Any]]:
-    """The probe's answer ("ok\\t<function>" or "fail\\t<function>\\t<Metal's message>" per
-    function) as rows: one per failing kernel, one summary row for the library."""
+    """The probe's answer ("ok\\t<function>", "fail\\t<function>\\t<Metal's message>", or
+    "skip\\t<function>\\t<why>" for a function that is not a kernel) as rows: one per failing
+    kernel, one summary row for the library."""
     ok = [line.split("\t", 1)[1] for line in lines if line.startswith("ok\t")]
     bad = [line.split("\t", 2) for line in lines if line.startswith("fail\t")]
+    left_out = sum(1 for line in lines if line.startswith("skip\t"))
     rows = [_row(f"kernels.{name}", case, "fail", message or "no message") for _, name, *rest in bad
             for message in [rest[0] if rest else ""]]  # fmt: skip
     total = len(ok) + len(bad)
     status = "pass" if total and not bad else ("fail" if bad else "skip")
-    summary = f"{len(ok)} of {total} functions built a compute pipeline" if total else "the library has no function"
+    summary = f"{len(ok)} of {total} functions built a compute pipeline" if total else "the library has no kernel"
+    if left_out:
+        summary += f" ({left_out} functions that are not kernels left out)"
     rows.append(_row("kernels.*", case, status, summary, seconds))
     return rows
 
@@ -141,11 +147,13 @@ def run(device: str, stream: Any, echo: Callable[[str], None] = print) -> list[d
         return [row]
     if not stream.begin(SECTION, _row("kernels.*", lib.label, "error")):
         return []
-    data = torch.frombuffer(bytearray(blob[lib.offset : lib.offset + lib.length]), dtype=torch.uint8)
-    t0 = time.perf_counter()
     op = probe_op()
     assert op is not None
-    rows = rows_from_probe(list(op(data)), lib.label, time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory(prefix="regress-kernels-") as tmp:
+        path = Path(tmp) / "torch.metallib"  # Metal loads a library from a file (newLibraryWithURL:)
+        path.write_bytes(blob[lib.offset : lib.offset + lib.length])
+        t0 = time.perf_counter()
+        rows = rows_from_probe(list(op(str(path))), lib.label, time.perf_counter() - t0)
     for row in rows:
         stream.row(SECTION, row)
         if row["status"] == "fail":
