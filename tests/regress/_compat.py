@@ -61,6 +61,13 @@ def _gpu(report: dict[str, Any]) -> dict[str, Any]:
     unified = metal.get("unified_memory")
     if dev["type"] == "cuda":
         low_power, unified = None, details.get("integrated")
+    limits = details.get("gpu_limits") or {}
+
+    def number(key: str) -> int | None:
+        value = limits.get(key)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    families = limits.get("families")
     return {
         "name": dev["name"],
         "family": dev["family"],
@@ -68,6 +75,15 @@ def _gpu(report: dict[str, Any]) -> dict[str, Any]:
         "name_source": dev.get("name_source", ""),
         "low_power": low_power,
         "unified_memory": unified,
+        # What public reports show matters (issue 25): Metal's GPU families, the SIMD width
+        # a pipeline runs with, the threadgroup limits.
+        "limits": {
+            "metal_families": [str(f) for f in families] if isinstance(families, list) else None,
+            "thread_execution_width": number("thread_execution_width"),
+            "max_threads_per_threadgroup": number("max_threads_per_threadgroup"),
+            "max_threadgroup_memory_bytes": number("max_threadgroup_memory_bytes"),
+            "source": str(limits.get("source", "none")),
+        },
     }
 
 
@@ -162,12 +178,17 @@ def _yes(value: Any) -> str:
 def markdown(compat: dict[str, Any], limit: int = 12) -> str:
     """One screen to paste into the issue form: who ran what, counts, the first failures."""
     gpu, tv, run = compat["gpu"], compat["torch"], compat["run"]
+    lim = gpu["limits"]
     groups = ", ".join(f"{k} {v}" for k, v in run["groups"].items())
     lines = [
         f"### Compatibility report: {gpu['name']} (`{gpu['device_type']}`, family `{gpu['family']}`)",
         "",
         f"- macOS {compat['macos'] or '-'}; low-power {_yes(gpu['low_power'])}; "
         f"unified memory {_yes(gpu['unified_memory'])}",
+        f"- Metal families {', '.join(lim['metal_families']) if lim['metal_families'] else '-'}; "
+        f"threadExecutionWidth {lim['thread_execution_width'] or '-'}; threadgroup: "
+        f"{lim['max_threads_per_threadgroup'] or '-'} threads, "
+        f"{lim['max_threadgroup_memory_bytes'] or '-'} bytes",
         f"- torch {tv['version']} (patched: {'yes' if tv['patched'] else 'no'}; series "
         f"{tv['series_fingerprint'] or '-'})",
         f"- run {run['date']}, {'--quick' if run['quick'] else 'full'}"

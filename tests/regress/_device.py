@@ -188,6 +188,21 @@ def _mps_device_name() -> tuple[str, str, dict[str, Any]]:
     return "unknown MPS device", "none", {}
 
 
+def mps_gpu_limits() -> dict[str, Any]:
+    """The Metal GPU families the device supports, a compute pipeline's threadExecutionWidth
+    and the threadgroup limits, from ``torch.ops.intelmac.mps_gpu_limits`` of the patch series
+    (several public reports depend on them); empty of values on other builds."""
+    try:
+        op = getattr(torch.ops.intelmac, "mps_gpu_limits")
+    except (AttributeError, RuntimeError):
+        return {"source": "none: this torch has no torch.ops.intelmac.mps_gpu_limits"}
+    try:
+        limits = json.loads(op())
+    except (RuntimeError, ValueError) as exc:
+        return {"source": f"torch.ops.intelmac.mps_gpu_limits raised {type(exc).__name__}: {exc}"}
+    return {**limits, "source": "torch.ops.intelmac.mps_gpu_limits"}
+
+
 def describe(device: str) -> DeviceInfo:
     if device == "cpu":
         return DeviceInfo(
@@ -203,7 +218,10 @@ def describe(device: str) -> DeviceInfo:
             "cuda_runtime": torch.version.cuda,
             "hip": getattr(torch.version, "hip", None),
             "integrated": bool(getattr(props, "is_integrated", False)),
-        }
+            # CUDA's counterpart of Metal's threadExecutionWidth (compat.json, limits).
+            "gpu_limits": {"thread_execution_width": getattr(props, "warp_size", None),
+                           "source": "torch.cuda.get_device_properties"},
+        }  # fmt: skip
         return DeviceInfo(
             "cuda", name, family_of(name, "cuda"), "torch.cuda.get_device_name", details
         )
@@ -213,6 +231,7 @@ def describe(device: str) -> DeviceInfo:
     if device == "mps":
         name, source, details = _mps_device_name()
         details["macos"] = platform.mac_ver()[0]
+        details["gpu_limits"] = mps_gpu_limits()
         return DeviceInfo("mps", name, family_of(name, "mps"), source, details)
     raise ValueError(device)
 

@@ -120,10 +120,14 @@ def rows_from_probe(lines: list[str], case: str, seconds: float) -> list[dict[st
     return rows
 
 
+def skip_row(reason: str) -> dict[str, Any]:
+    return _row("kernels.*", "every bundled Metal function", "skip", reason)
+
+
 def run(device: str, stream: Any, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
     reason = skip_reason(device)
     if reason is not None:
-        row = _row("kernels.*", "every bundled Metal function", "skip", reason)
+        row = skip_row(reason)
         stream.row(SECTION, row)
         return [row]
     binary, macos = torch_binary(), _macos()

@@ -26,8 +26,8 @@ import yaml
 
 from . import _compat, _known
 
-GROUPS = ("parity", "shapes", "reports")
-FAILING = ("fail", "error", "unsupported")
+GROUPS = ("parity", "shapes", "reports", "sampling", "kernels")
+FAILING = ("fail", "error", "unsupported", "hang")
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -63,7 +63,8 @@ def entries(
             if row["group"] not in GROUPS or row["status"] not in FAILING or row["op"] == "*":
                 continue
             checks = [c for c in row["failed_checks"] if c in ("forward", "grad")] or ["forward"]
-            todo = [c for c in checks if _known.lookup(table, family, row["op"], row["dtype"], c) is None]
+            todo = [c for c in checks
+                    if _known.lookup(table, family, row["op"], row["dtype"], c, report.get("macos")) is None]
             if not todo:
                 continue
             entry = found.setdefault(

@@ -119,3 +119,42 @@ def test_the_watch_sees_checks_in_flight(tmp_path: Path) -> None:
     s.row("results", {"op": "argmax", "dtype": "int32", "status": "pass"})
     assert watch.grew() and not watch.in_check
     s.close()
+
+
+@pytest.mark.slow
+def test_a_group_process_ends_with_its_parent(tmp_path: Path) -> None:
+    """A group's process has a session of its own; when the suite's process is killed, a
+    check that never returns must not keep it alive."""
+    out = tmp_path / "group.jsonl"
+    worker = [sys.executable, "-m", "tests.regress", "--device", "cpu", "--ops", "argmax",
+              "--dtypes", "float32", "--samples", "1", "--no-vision", "--worker", "parity",
+              "--worker-out", str(out)]  # fmt: skip
+    starter = (
+        "import subprocess, sys; "
+        f"p = subprocess.Popen({worker!r}, start_new_session=True); print(p.pid, flush=True); p.wait()"
+    )
+    env = dict(os.environ, INTELMAC_REGRESS_PLANT_HANG="argmax")
+    parent = subprocess.Popen([sys.executable, "-c", starter], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    deadline = time.monotonic() + 120
+    while '"begin"' not in (out.read_text() if out.exists() else ""):
+        assert time.monotonic() < deadline, "the worker never began its check"
+        time.sleep(0.5)
+    time.sleep(1)  # in the planted hang now
+    parent.kill()
+    parent.wait()
+
+    def alive() -> bool:
+        try:
+            state = Path(f"/proc/{child}/status").read_text()
+        except FileNotFoundError:
+            return False
+        return "\nState:\tZ" not in state
+
+    deadline = time.monotonic() + 15
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive():
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the group's process outlived its parent")
