@@ -228,9 +228,11 @@ def test_index_checker_accepts_ties_only() -> None:
     assert _parity.index_checker("sort", Sample(x, 1, stable=True)) is None
 
 
-def test_planted_fault_perturbs_floats_only() -> None:
+def test_planted_fault_perturbs_floats_and_integers() -> None:
     fault = _parity.PlantedFault("add", 1e-2)
-    out = fault.apply((torch.ones(100), torch.arange(3)), seed=0)
+    out = fault.apply((torch.ones(100), torch.arange(3), torch.tensor([True, False])), seed=0)
     rel = (out[0] - 1).abs()
     assert torch.allclose(rel, torch.full_like(rel, 1e-2))
-    assert torch.equal(out[1], torch.arange(3))
+    # Integer and bool outputs (an index, a cast, a mask) have their first element off (issue 25).
+    assert torch.equal(out[1], torch.tensor([1, 1, 2]))
+    assert torch.equal(out[2], torch.tensor([False, False]))

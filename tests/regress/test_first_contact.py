@@ -318,8 +318,10 @@ def test_merge_into_empty_existing_and_new_families() -> None:
              "issue": 0, "reason": "r", "note": "n"}  # fmt: skip
     merged = known_from_reports.merge_text(text, {"apple": [entry], "amd-rdna1": [entry], "intel-other": [entry]})
     table = yaml.safe_load(merged)["families"]
+    before = yaml.safe_load(text)["families"]["amd-rdna1"]
     assert [e["id"] for e in table["apple"]] == ["report-x"]
-    assert table["amd-rdna1"][-1]["id"] == "report-x" and len(table["amd-rdna1"]) == 4
+    assert table["amd-rdna1"][-1]["id"] == "report-x" and len(table["amd-rdna1"]) == len(before) + 1
+    assert [e["id"] for e in table["amd-rdna1"][:-1]] == [e["id"] for e in before]
     assert [e["id"] for e in table["intel-other"]] == ["report-x"]
 
 
