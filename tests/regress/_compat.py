@@ -178,7 +178,9 @@ def _yes(value: Any) -> str:
 def markdown(compat: dict[str, Any], limit: int = 12) -> str:
     """One screen to paste into the issue form: who ran what, counts, the first failures."""
     gpu, tv, run = compat["gpu"], compat["torch"], compat["run"]
-    lim = gpu["limits"]
+    lim = gpu.get("limits") or dict.fromkeys(
+        ("metal_families", "thread_execution_width", "max_threads_per_threadgroup", "max_threadgroup_memory_bytes")
+    )  # reports written before issue 25 have none
     groups = ", ".join(f"{k} {v}" for k, v in run["groups"].items())
     lines = [
         f"### Compatibility report: {gpu['name']} (`{gpu['device_type']}`, family `{gpu['family']}`)",
