@@ -213,6 +213,8 @@ def _metallib(length: int, version: tuple[int, int], macos: tuple[int, int]) -> 
 
 def test_bundled_libraries_are_found_by_their_headers() -> None:
     blob = b"\0" * 100 + b"MTLB is also a string in the binary" + b"\0" * 50
+    # The magic in other data, followed by a length that would fit: not a macOS library.
+    blob += b"MTLB" + struct.pack("<HHHBBHB", 0x0002, 1, 0, 0, 0x02, 1, 0) + b"\0" + struct.pack("<Q", 40) + b"\0" * 40
     first = len(blob)
     blob += _metallib(300, (2, 7), (14, 0)) + b"\0" * 7
     second = len(blob)
