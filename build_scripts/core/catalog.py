@@ -151,10 +151,15 @@ class Catalog:
 
 
 @functools.cache
-def _schema() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("catalog.schema.json").read_text()
+def load_schema(name: str) -> dict[str, Any]:
+    """A JSON schema shipped beside this module (the catalog's, the native pins')."""
+    text = resources.files(__package__).joinpath(name).read_text()
     schema: dict[str, Any] = json.loads(text)
     return schema
+
+
+def _schema() -> dict[str, Any]:
+    return load_schema("catalog.schema.json")
 
 
 def _entry_name(raw: Any, index: int) -> str:

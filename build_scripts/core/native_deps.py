@@ -17,9 +17,7 @@ or concurrent fetch never leaves a half-unpacked prefix behind.
 from __future__ import annotations
 
 import argparse
-import functools
 import io
-import json
 import os
 import shutil
 import tarfile
@@ -27,7 +25,6 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,7 +35,7 @@ from . import _fsutil
 from ._download import _part_paths, check_member, download
 from ._locks import held
 from ._log import Log
-from .catalog import DEFAULT_CATALOG, yaml_error
+from .catalog import DEFAULT_CATALOG, load_schema, yaml_error
 from .errors import BuildError, CatalogError
 from .options import FetchSettings
 
@@ -68,13 +65,6 @@ class NativePackage:
         return f"{self.name}-{self.version}-{self.sha256[:12]}"
 
 
-@functools.cache
-def _schema() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("native.schema.json").read_text()
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
 def load(path: Path | None = None) -> dict[str, NativePackage]:
     """The pinned packages by name, validated against ``native.schema.json``."""
     path = (path or DEFAULT_FILE).resolve()
@@ -85,7 +75,7 @@ def load(path: Path | None = None) -> dict[str, NativePackage]:
     except yaml.YAMLError as exc:
         raise CatalogError(yaml_error(path, exc)) from None
     try:
-        jsonschema.validate(document, _schema())
+        jsonschema.validate(document, load_schema("native.schema.json"))
     except jsonschema.ValidationError as exc:
         field = ".".join(str(part) for part in exc.absolute_path) or "(top level)"
         raise CatalogError(f"{path}: field '{field}': {exc.message}") from None

@@ -302,6 +302,9 @@ def line_library(line: str, tree: Path, wheel_include: Path, abi_include: Path, 
                         f"-DINTELMAC_TEST_ALLOCATOR_TAKES_BOOL={int(line in ('2.6.0', '2.9.1'))}",
                         f"-DINTELMAC_TEST_DEFINES_ALLOCATOR={int(line == '2.6.0')}"], line_std),
     ]
+    probe = tree / "aten" / "src" / "ATen" / "mps" / "MPSKernelProbe.mm"
+    if probe.exists():  # the kernel compile probe's operators (issue 25)
+        objects.append(compile_objcxx(probe, work / "MPSKernelProbe.o", includes, line_std))
     library = work / f"libintelmac_mps_{line.replace('.', '_')}.so"
     link(library, objects, [
         str(fake_lib), f"-L{torch_lib}", "-ltorch_cpu", "-lc10", "-ltorch",

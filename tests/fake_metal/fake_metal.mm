@@ -168,6 +168,10 @@ bool& configured() {
   uint64_t _memoryLimit; // 0: none; else newHeapWithDescriptor:/newBufferWithLength: past it get nil
   NSUInteger _maxBufferLength;
   std::vector<NSInteger>* _families;
+  // The kernel compile probe's answers (issue 25): the pipelines' SIMD width, the
+  // threadgroup limits, and the functions whose pipelines fail, with Metal's message.
+  NSUInteger _executionWidth, _maxThreadsPerThreadgroup, _threadgroupMemory;
+  NSDictionary* _pipelineFailures;
   NSString* _metalVersion;
   int _coreCount;
   NSUInteger _allocated;
@@ -270,10 +274,116 @@ FakeMTLBuffer* as_buffer(id object) {
 
 } // namespace
 
+// --- libraries, functions, compute pipelines (the kernel compile probe, issue 25) ---------
+// A stand-in library file is JSON: {"functions": [{"name": "add_float", "type": "kernel"},
+// {"name": "blit_vertex", "type": "vertex"}]}; which pipelines fail is the device's
+// configuration ("pipeline_failures": {"<function>": "<Metal's message>"}).
+
+@interface FakeMTLFunction : NSObject <MTLFunction> {
+ @public
+  NSString* _name;
+  MTLFunctionType _type;
+}
+@end
+
+@implementation FakeMTLFunction
+- (void)dealloc {
+  [_name release];
+  [super dealloc];
+}
+- (NSString*)name {
+  return _name;
+}
+- (MTLFunctionType)functionType {
+  return _type;
+}
+@end
+
+@interface FakeMTLLibrary : NSObject <MTLLibrary> {
+ @public
+  NSArray* _names;
+  NSDictionary* _types;  // name -> NSNumber(MTLFunctionType)
+}
+@end
+
+@implementation FakeMTLLibrary
+- (void)dealloc {
+  [_names release];
+  [_types release];
+  [super dealloc];
+}
+- (NSArray<NSString*>*)functionNames {
+  return _names;
+}
+- (id<MTLFunction>)newFunctionWithName:(NSString*)functionName {
+  NSNumber* type = [_types objectForKey:functionName];
+  if (type == nil) {
+    return nil;  // Apple: nil when the library has no function of that name
+  }
+  FakeMTLFunction* function = [[FakeMTLFunction alloc] init];  // +1: a "new" method
+  function->_name = [functionName copy];
+  function->_type = (MTLFunctionType)[type unsignedIntegerValue];
+  return function;
+}
+@end
+
+@interface FakeMTLComputePipelineState : NSObject <MTLComputePipelineState> {
+ @public
+  NSUInteger _width, _maxThreads;
+}
+@end
+
+@implementation FakeMTLComputePipelineState
+- (NSUInteger)threadExecutionWidth {
+  return _width;
+}
+- (NSUInteger)maxTotalThreadsPerThreadgroup {
+  return _maxThreads;
+}
+@end
+
+@implementation MTLCompileOptions
+@end
+
+namespace {
+
+NSError* metal_error(NSString* message) {
+  NSDictionary* info = [NSDictionary dictionaryWithObject:message forKey:NSLocalizedDescriptionKey];
+  return [NSError errorWithDomain:@"MTLLibraryErrorDomain" code:1 userInfo:info];
+}
+
+FakeMTLLibrary* library_of(NSArray* functions, NSString** why) {
+  NSMutableArray* names = [NSMutableArray array];
+  NSMutableDictionary* types = [NSMutableDictionary dictionary];
+  for (id entry in functions) {
+    id name = [entry isKindOfClass:[NSDictionary class]] ? [entry objectForKey:@"name"] : nil;
+    id kind = [entry isKindOfClass:[NSDictionary class]] ? [entry objectForKey:@"type"] : nil;
+    if (![name isKindOfClass:[NSString class]]) {
+      *why = @"a function without a name";
+      return nil;
+    }
+    MTLFunctionType type = MTLFunctionTypeKernel;
+    if ([kind isEqual:@"vertex"]) {
+      type = MTLFunctionTypeVertex;
+    } else if ([kind isEqual:@"fragment"]) {
+      type = MTLFunctionTypeFragment;
+    }
+    [names addObject:name];
+    [types setObject:[NSNumber numberWithUnsignedInteger:type] forKey:name];
+  }
+  FakeMTLLibrary* library = [[FakeMTLLibrary alloc] init];  // +1: returned by a "new" method
+  library->_names = [names copy];
+  library->_types = [types copy];
+  return library;
+}
+
+} // namespace
+
 @implementation FakeMTLDevice
 - (void)dealloc {
   [_name release];
   [_metalVersion release];
+  [_pipelineFailures release];
   delete _families;
   [super dealloc];
 }
@@ -311,6 +421,57 @@ FakeMTLBuffer* as_buffer(id object) {
 - (BOOL)supportsFamily:(MTLGPUFamily)family {
   ++_queries;
   return [self fakeHasFamily:family];
+}
+- (id<MTLLibrary>)newLibraryWithURL:(NSURL*)url error:(NSError**)error {
+  NSData* data = [NSData dataWithContentsOfFile:[url path]];
+  id parsed = data != nil ? [NSJSONSerialization JSONObjectWithData:data options:0 error:NULL] : nil;
+  id functions = [parsed isKindOfClass:[NSDictionary class]] ? [parsed objectForKey:@"functions"] : nil;
+  NSString* why = @"Invalid library file";
+  FakeMTLLibrary* library = [functions isKindOfClass:[NSArray class]] ? library_of(functions, &why) : nil;
+  if (library == nil && error != NULL) {
+    *error = metal_error(why);
+  }
+  return library;
+}
+- (id<MTLLibrary>)newLibraryWithSource:(NSString*)source options:(MTLCompileOptions*)options error:(NSError**)error {
+  // Every `kernel void <name>(` of the source becomes a kernel function.
+  NSMutableArray* functions = [NSMutableArray array];
+  for (NSString* part in [source componentsSeparatedByString:@"kernel void "]) {
+    NSRange paren = [part rangeOfString:@"("];
+    if (part != [[source componentsSeparatedByString:@"kernel void "] objectAtIndex:0] && paren.location != NSNotFound) {
+      [functions addObject:[NSDictionary dictionaryWithObject:[part substringToIndex:paren.location] forKey:@"name"]];
+    }
+  }
+  NSString* why = @"no kernel";
+  FakeMTLLibrary* library = [functions count] ? library_of(functions, &why) : nil;
+  if (library == nil && error != NULL) {
+    *error = metal_error(why);
+  }
+  return library;
+}
+- (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)function
+                                                            error:(NSError**)error {
+  NSString* failure = [_pipelineFailures objectForKey:[function name]];
+  if (failure == nil && [function functionType] != MTLFunctionTypeKernel) {
+    failure = @"a compute pipeline needs a kernel function";  // Apple's rule
+  }
+  if (failure != nil) {
+    if (error != NULL) {
+      *error = metal_error(failure);
+    }
+    return nil;
+  }
+  FakeMTLComputePipelineState* pipeline = [[FakeMTLComputePipelineState alloc] init];
+  pipeline->_width = _executionWidth;
+  pipeline->_maxThreads = _maxThreadsPerThreadgroup;
+  return pipeline;
+}
+- (MTLSize)maxThreadsPerThreadgroup {
+  MTLSize size = {_maxThreadsPerThreadgroup, _maxThreadsPerThreadgroup, 64};
+  return size;
+}
+- (NSUInteger)maxThreadgroupMemoryLength {
+  return _threadgroupMemory;
 }
 - (BOOL)fakeIsAppleGPU {
   return [self fakeHasFamily:MTLGPUFamilyApple1];
@@ -1030,7 +1191,8 @@ FakeMTLDevice* device_from(NSDictionary* d, size_t index) {
   check_keys(d,
              @[ @"name", @"registry_id", @"low_power", @"removable", @"headless", @"unified_memory",
                 @"recommended_working_set", @"families", @"metal_version", @"gpu_core_count",
-                @"max_buffer_length", @"memory_limit" ],
+                @"max_buffer_length", @"memory_limit", @"thread_execution_width",
+                @"max_threads_per_threadgroup", @"max_threadgroup_memory", @"pipeline_failures" ],
              where);
   id name = [d objectForKey:@"name"];
   if (![name isKindOfClass:[NSString class]]) {
@@ -1053,6 +1215,14 @@ FakeMTLDevice* device_from(NSDictionary* d, size_t index) {
     device->_maxBufferLength = device->_workingSet;
   }
   device->_coreCount = number<int>(d, @"gpu_core_count", 0, where);
+  device->_executionWidth = number<NSUInteger>(d, @"thread_execution_width", 32, where);
+  device->_maxThreadsPerThreadgroup = number<NSUInteger>(d, @"max_threads_per_threadgroup", 1024, where);
+  device->_threadgroupMemory = number<NSUInteger>(d, @"max_threadgroup_memory", 32768, where);
+  id failures = [d objectForKey:@"pipeline_failures"];
+  if (failures != nil && ![failures isKindOfClass:[NSDictionary class]]) {
+    throw BadConfig{where + ".pipeline_failures must map function names to Metal's messages"};
+  }
+  device->_pipelineFailures = [(failures != nil ? failures : [NSDictionary dictionary]) copy];
   device->_families = new std::vector<NSInteger>();
   id families = [d objectForKey:@"families"];
   if (families != nil && ![families isKindOfClass:[NSArray class]]) {

@@ -130,6 +130,14 @@ def _run(loaded: Loaded, scenario: dict[str, Any]) -> dict[str, Any]:
                 elif step == "core_count":
                     record["value"] = int(lib.intelmac_test_core_count())
                     loaded.raise_queued()
+                elif step.startswith("kernel_probe="):
+                    import torch
+
+                    record["value"] = list(torch.ops.intelmac.mps_kernel_probe(step[len("kernel_probe="):]))
+                elif step == "gpu_limits":
+                    import torch
+
+                    record["value"] = json.loads(torch.ops.intelmac.mps_gpu_limits())
                 elif step == "retain_counts":
                     record["value"] = {str(d["registry_id"]): int(fake.fake_metal_device_retain_count(d["registry_id"]))
                                        for d in scenario["metal"]["devices"]}

@@ -79,6 +79,12 @@ typedef struct {
 - (BOOL)isOperatingSystemAtLeastVersion:(NSOperatingSystemVersion)version;
 @end
 Class NSClassFromString(NSString* name);
+@interface NSError : NSObject
+@property (readonly) NSString* localizedDescription;
+@end
+@interface NSURL : NSObject
++ (NSURL*)fileURLWithPath:(NSString*)path;
+@end
 """,
     "Metal/Metal.h": """
 #pragma once
@@ -87,8 +93,36 @@ typedef enum MTLGPUFamily : NSInteger {
   MTLGPUFamilyApple1 = 1001,
   MTLGPUFamilyApple7 = 1007,
   MTLGPUFamilyApple8 = 1008,
+  MTLGPUFamilyMac1 = 2001,
   MTLGPUFamilyMac2 = 2002,
+  MTLGPUFamilyCommon1 = 3001,
+  MTLGPUFamilyCommon2 = 3002,
+  MTLGPUFamilyCommon3 = 3003,
+  MTLGPUFamilyMetal3 = 5001,
 } MTLGPUFamily;
+// The kernel compile probe (MPSKernelProbe.mm): libraries, functions, pipelines.
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
+typedef enum MTLFunctionType : NSUInteger {
+  MTLFunctionTypeVertex = 1,
+  MTLFunctionTypeFragment = 2,
+  MTLFunctionTypeKernel = 3,
+} MTLFunctionType;
+@protocol MTLFunction <NSObject>
+@property (readonly) NSString* name;
+@property (readonly) MTLFunctionType functionType;
+@end
+@protocol MTLLibrary <NSObject>
+@property (readonly) NSArray<NSString*>* functionNames;
+- (id<MTLFunction>)newFunctionWithName:(NSString*)functionName;
+@end
+@protocol MTLComputePipelineState <NSObject>
+@property (readonly) NSUInteger threadExecutionWidth;
+@property (readonly) NSUInteger maxTotalThreadsPerThreadgroup;
+@end
+@interface MTLCompileOptions : NSObject
+@end
 typedef enum MTLLanguageVersion : NSUInteger {
   MTLLanguageVersion2_3 = (2 << 16) + 3,
   MTLLanguageVersion3_0 = (3 << 16) + 0,
@@ -168,6 +202,11 @@ typedef struct {
 @property (readonly) BOOL hasUnifiedMemory;
 @property (readonly) uint64_t recommendedMaxWorkingSetSize;
 - (BOOL)supportsFamily:(MTLGPUFamily)gpuFamily;
+- (id<MTLLibrary>)newLibraryWithURL:(NSURL*)url error:(NSError**)error;
+- (id<MTLLibrary>)newLibraryWithSource:(NSString*)source options:(MTLCompileOptions*)options error:(NSError**)error;
+- (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)function error:(NSError**)error;
+@property (readonly) MTLSize maxThreadsPerThreadgroup;
+@property (readonly) NSUInteger maxThreadgroupMemoryLength;
 - (id<MTLHeap>)newHeapWithDescriptor:(MTLHeapDescriptor*)descriptor;
 - (MTLSizeAndAlign)heapBufferSizeAndAlignWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
 @property (readonly) NSUInteger maxBufferLength;

@@ -21,7 +21,7 @@ from typing import Any
 FORMAT = "intelmac-torch-compat/1"
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 # Worst first: the status of an (op, dtype) is the worst of its rows.
-ORDER = ("error", "fail", "unsupported", "fallback", "pass", "skip")
+ORDER = ("hang", "error", "fail", "unsupported", "fallback", "pass", "skip")
 MESSAGE_LIMIT = 240
 _HOME = re.compile(r"(/Users|/home|/var/folders|/private/var/folders|C:\\Users)[/\\][^/\\\s'\"]+")
 
@@ -61,6 +61,13 @@ def _gpu(report: dict[str, Any]) -> dict[str, Any]:
     unified = metal.get("unified_memory")
     if dev["type"] == "cuda":
         low_power, unified = None, details.get("integrated")
+    limits = details.get("gpu_limits") or {}
+
+    def number(key: str) -> int | None:
+        value = limits.get(key)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    families = limits.get("families")
     return {
         "name": dev["name"],
         "family": dev["family"],
@@ -68,6 +75,15 @@ def _gpu(report: dict[str, Any]) -> dict[str, Any]:
         "name_source": dev.get("name_source", ""),
         "low_power": low_power,
         "unified_memory": unified,
+        # What public reports show matters (issue 25): Metal's GPU families, the SIMD width
+        # a pipeline runs with, the threadgroup limits.
+        "limits": {
+            "metal_families": [str(f) for f in families] if isinstance(families, list) else None,
+            "thread_execution_width": number("thread_execution_width"),
+            "max_threads_per_threadgroup": number("max_threads_per_threadgroup"),
+            "max_threadgroup_memory_bytes": number("max_threadgroup_memory_bytes"),
+            "source": str(limits.get("source", "none")),
+        },
     }
 
 
@@ -87,10 +103,11 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     out = []
     for r in report.get("results", []):
         out.append(("parity", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]), r.get("detail", "")))
-    for r in report.get("shapes", []):
-        where = f"{r['check']} [{r['case']}]"
-        out.append(("shapes", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
-                    f"{where}: {r.get('detail', '')}"))  # fmt: skip
+    for group in ("shapes", "reports", "sampling", "kernels"):
+        for r in report.get(group, []):
+            where = f"{r['check']} [{r['case']}]"
+            out.append((group, r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
+                        f"{where}: {r.get('detail', '')}"))  # fmt: skip
     for m in report.get("memory", []):
         check, _, dtype = m["name"].partition(":")
         out.append(("memory", f"memory.{check}", dtype or "-", "memory", m["status"],
@@ -121,7 +138,7 @@ def build(report: dict[str, Any]) -> dict[str, Any]:
         status = status if status in ORDER else "error"
         if ORDER.index(status) < ORDER.index(entry["status"]):
             entry["status"] = status
-        if status in ("error", "fail", "unsupported"):
+        if status in ("hang", "error", "fail", "unsupported"):
             if check not in entry["failed_checks"]:
                 entry["failed_checks"].append(check)
             if entry["message"] is None:
@@ -161,12 +178,19 @@ def _yes(value: Any) -> str:
 def markdown(compat: dict[str, Any], limit: int = 12) -> str:
     """One screen to paste into the issue form: who ran what, counts, the first failures."""
     gpu, tv, run = compat["gpu"], compat["torch"], compat["run"]
+    lim = gpu.get("limits") or dict.fromkeys(
+        ("metal_families", "thread_execution_width", "max_threads_per_threadgroup", "max_threadgroup_memory_bytes")
+    )  # reports written before issue 25 have none
     groups = ", ".join(f"{k} {v}" for k, v in run["groups"].items())
     lines = [
         f"### Compatibility report: {gpu['name']} (`{gpu['device_type']}`, family `{gpu['family']}`)",
         "",
         f"- macOS {compat['macos'] or '-'}; low-power {_yes(gpu['low_power'])}; "
         f"unified memory {_yes(gpu['unified_memory'])}",
+        f"- Metal families {', '.join(lim['metal_families']) if lim['metal_families'] else '-'}; "
+        f"threadExecutionWidth {lim['thread_execution_width'] or '-'}; threadgroup: "
+        f"{lim['max_threads_per_threadgroup'] or '-'} threads, "
+        f"{lim['max_threadgroup_memory_bytes'] or '-'} bytes",
         f"- torch {tv['version']} (patched: {'yes' if tv['patched'] else 'no'}; series "
         f"{tv['series_fingerprint'] or '-'})",
         f"- run {run['date']}, {'--quick' if run['quick'] else 'full'}"
@@ -185,7 +209,7 @@ def markdown(compat: dict[str, Any], limit: int = 12) -> str:
             f"| {group} | {c.get('pass', 0)} | {c.get('fail', 0)} | {c.get('error', 0)} | "
             f"{c.get('unsupported', 0)} | {other} |"
         )
-    bad = [e for e in compat["ops"] if e["status"] in ("error", "fail")]
+    bad = [e for e in compat["ops"] if e["status"] in ("hang", "error", "fail")]
     lines += ["", f"Counted per op and dtype. Failing or erroring: {len(bad)}."]
     for e in bad[:limit]:
         lines.append(f"- `{e['group']}` {e['op']} {e['dtype']}: **{e['status']}**: {e['message']}")

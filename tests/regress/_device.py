@@ -188,6 +188,21 @@ def _mps_device_name() -> tuple[str, str, dict[str, Any]]:
     return "unknown MPS device", "none", {}
 
 
+def mps_gpu_limits() -> dict[str, Any]:
+    """The Metal GPU families the device supports, a compute pipeline's threadExecutionWidth
+    and the threadgroup limits, from ``torch.ops.intelmac.mps_gpu_limits`` of the patch series
+    (several public reports depend on them); empty of values on other builds."""
+    try:
+        op = getattr(torch.ops.intelmac, "mps_gpu_limits")
+    except (AttributeError, RuntimeError):
+        return {"source": "none: this torch has no torch.ops.intelmac.mps_gpu_limits"}
+    try:
+        limits = json.loads(op())
+    except (RuntimeError, ValueError) as exc:
+        return {"source": f"torch.ops.intelmac.mps_gpu_limits raised {type(exc).__name__}: {exc}"}
+    return {**limits, "source": "torch.ops.intelmac.mps_gpu_limits"}
+
+
 def describe(device: str) -> DeviceInfo:
     if device == "cpu":
         return DeviceInfo(
@@ -203,7 +218,10 @@ def describe(device: str) -> DeviceInfo:
             "cuda_runtime": torch.version.cuda,
             "hip": getattr(torch.version, "hip", None),
             "integrated": bool(getattr(props, "is_integrated", False)),
-        }
+            # CUDA's counterpart of Metal's threadExecutionWidth (compat.json, limits).
+            "gpu_limits": {"thread_execution_width": getattr(props, "warp_size", None),
+                           "source": "torch.cuda.get_device_properties"},
+        }  # fmt: skip
         return DeviceInfo(
             "cuda", name, family_of(name, "cuda"), "torch.cuda.get_device_name", details
         )
@@ -213,16 +231,23 @@ def describe(device: str) -> DeviceInfo:
     if device == "mps":
         name, source, details = _mps_device_name()
         details["macos"] = platform.mac_ver()[0]
+        details["gpu_limits"] = mps_gpu_limits()
         return DeviceInfo("mps", name, family_of(name, "mps"), source, details)
     raise ValueError(device)
 
 
 @functools.cache
 def dtype_supported(device: str, dtype: torch.dtype) -> tuple[bool, str]:
-    """Probe whether `device` can allocate and compute in `dtype` (bf16 on Intel/AMD MPS cannot,
-    upstream issue 141864). A probe beats a version table: the answer depends on the GPU,
-    the macOS release and the torch line together."""
+    """Probe whether `device` can allocate and compute in `dtype` (bfloat16 on an Intel or AMD
+    GPU is the case in point: docs/known-gpu-bugs.md). A probe beats a version table: the
+    answer depends on the GPU, the macOS release and the torch line together."""
     try:
+        if not dtype.is_floating_point:
+            # Integers and bool: no matmul on every backend (CUDA has none); a sum must do.
+            host = torch.arange(16).to(dtype)
+            got, want = int(host.to(device).sum().to("cpu")), int(host.sum())
+            synchronize(device)
+            return (True, "") if got == want else (False, f"{dtype} probe summed {got} instead of {want}")
         a = torch.arange(16, dtype=torch.float32).reshape(4, 4).to(device=device, dtype=dtype)
         out = (a @ a + a).sum().to("cpu", torch.float32)
         synchronize(device)

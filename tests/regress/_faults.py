@@ -27,19 +27,37 @@ and each counts how often it fired:
 - `softmax_tail_past_1024`: a softmax over a dimension longer than 1024 leaves the elements
   past the 1024th out of the normalising sum. Must be caught by `shapes.softmax`.
 
+Two stand for the classes of issue 25, installed the same way:
+
+- `int_argmax_past_threadgroup` (OpInfo and shapes groups): argmax of an integer input over a
+  dimension longer than 1024 returns all zeros, as on an AMD GPU (pytorch 112186). OpInfo's
+  small integer samples pass; must be caught by `shapes.argmax`.
+- `multinomial_int_min` (sampling group): torch.multinomial returns -2^63 for every sample,
+  as on a Radeon Pro 5700 XT (pytorch 92752). Must be caught by `sampling.multinomial`.
+
 Each fault is reported in the JSON like a planted fault (self_test), with the rows that
 must catch it.
+
+INTELMAC_REGRESS_PLANT_HANG=<op> plants a hang instead of a wrong value: in every group's
+process, the first call of the aten op <op> (e.g. ``argmax``, ``multinomial``) on the device
+under test never returns, as a kernel that deadlocks the GPU. The parent must stop the group
+after --check-timeout, report that check as a ``hang`` row and go on (__main__.run_group);
+the group's process started again after the hang runs without it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 ENV = "INTELMAC_REGRESS_KERNEL_FAULT"
+HANG_ENV = "INTELMAC_REGRESS_PLANT_HANG"
 
 
 @dataclass(frozen=True)
@@ -60,12 +78,18 @@ FAULTS = {
     "softmax_tail_past_1024": KernelFault(
         ("parity", "shapes"), "shapes.softmax", ALL_DEVICES, "softmax"
     ),
+    "int_argmax_past_threadgroup": KernelFault(
+        ("parity", "shapes"), "shapes.argmax", ALL_DEVICES, "argmax"
+    ),
+    "multinomial_int_min": KernelFault(("sampling",), "sampling.multinomial", ALL_DEVICES),
 }
 #: How often each installed size-only fault changed a result, in this process.
 FIRED: dict[str, int] = {}
 SIMD = 32
 THREADGROUP = 1024
 _LOW = (torch.float32, torch.float16, torch.bfloat16)
+# int32 as in pytorch 112186 (and uint8); the shapes group's reference of these is int64.
+_INT = (torch.int32, torch.uint8)
 
 
 def from_env() -> list[str]:
@@ -178,15 +202,38 @@ def _softmax_tail_past_1024(args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     return y.to(torch.float32 if half_to_float else x.dtype)
 
 
+def _int_argmax_past_threadgroup(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
+    n = x.numel() if dim is None else x.shape[dim % max(x.dim(), 1)] if x.dim() else 1
+    if n <= THREADGROUP:
+        return None
+    FIRED["int_argmax_past_threadgroup"] = FIRED.get("int_argmax_past_threadgroup", 0) + 1
+    return torch.zeros_like(x.argmax(dim, keepdim))
+
+
+def _multinomial_int_min(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    FIRED["multinomial_int_min"] = FIRED.get("multinomial_int_min", 0) + 1
+    out = torch.ops.aten.multinomial.default(*args, **kwargs)
+    return torch.full_like(out, torch.iinfo(torch.int64).min)
+
+
 def _size_only_mode(device: str, names: list[str]) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     aten = torch.ops.aten
-    wrong = {}
+    wrong: dict[Any, Callable[[tuple[Any, ...], dict[str, Any]], Any]] = {}
+    dtypes: dict[Any, tuple[torch.dtype, ...]] = {}
     if "sum_partial_simd_tail" in names:
         wrong[aten.sum.dim_IntList] = _sum_partial_simd_tail
     if "softmax_tail_past_1024" in names:
         wrong[aten._softmax.default] = _softmax_tail_past_1024
+    if "int_argmax_past_threadgroup" in names:
+        wrong[aten.argmax.default] = _int_argmax_past_threadgroup
+        dtypes[aten.argmax.default] = _INT
+    if "multinomial_int_min" in names:
+        wrong[aten.multinomial.default] = _multinomial_int_min
 
     class SizeOnly(TorchDispatchMode):
         """The device's kernels of sum/softmax, wrong only past a size."""
@@ -201,7 +248,7 @@ def _size_only_mode(device: str, names: list[str]) -> Any:
                 bad is not None
                 and isinstance(x, torch.Tensor)
                 and x.device.type == device
-                and x.dtype in _LOW
+                and x.dtype in dtypes.get(func, _LOW)
             ):
                 out = bad(args, kwargs)  # ops inside run without this mode (popped)
                 if out is not None:
@@ -235,3 +282,52 @@ def install_from_env(group: str, device: str) -> list[str]:
         mode.__enter__()
         _LIBS.append(mode)
     return done
+
+
+def hang_from_env() -> str | None:
+    """The aten op name of INTELMAC_REGRESS_PLANT_HANG, or None."""
+    name = os.environ.get(HANG_ENV, "").strip()
+    if name.startswith("aten."):
+        name = name[len("aten."):]
+    if name and not name.replace("_", "").isalnum():
+        raise ValueError(f"{HANG_ENV}: {name!r} is not an aten op name (e.g. argmax, multinomial)")
+    return name or None
+
+
+def _hang_mode(device: str, op: str) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Hang(TorchDispatchMode):
+        """The device's first call of `op` never returns, as a deadlocked GPU's kernel."""
+
+        spent = False
+
+        def __torch_dispatch__(  # type: ignore[override]
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            if (
+                not self.spent
+                and func.overloadpacket.__name__ == op
+                and any(
+                    isinstance(a, torch.Tensor) and a.device.type == device
+                    for a in (*args, *kwargs.values())
+                )
+            ):
+                self.spent = True
+                print(f"regress: planted hang: {func} never returns ({HANG_ENV})",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                threading.Event().wait()  # until the parent stops this process
+            return func(*args, **kwargs)
+
+    return Hang()
+
+
+def install_hang_from_env(device: str) -> str | None:
+    """Install INTELMAC_REGRESS_PLANT_HANG in this group's process; the op, or None."""
+    op = hang_from_env()
+    if op is not None:
+        mode = _hang_mode(device, op)
+        mode.__enter__()  # for the rest of this group's process
+        _LIBS.append(mode)
+    return op

@@ -1,4 +1,8 @@
-"""Known failures by GPU family (known_failures.yaml): expected failures and their upstream issues."""
+"""Known failures by GPU family (known_failures.yaml): expected failures and their upstream issues.
+
+An entry may also name a macOS range (`macos: ">=14.4,<15"`, a PEP 440 specifier): several
+reports began with an OS update, and such an entry matches only runs on those releases.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Any
 import yaml
 
 KNOWN_FILE = Path(__file__).with_name("known_failures.yaml")
-FAILING = ("fail", "error", "unsupported")
+FAILING = ("fail", "error", "unsupported", "hang")
 
 
 @dataclass(frozen=True)
@@ -23,16 +27,37 @@ class KnownFailure:
     issue: int
     reason: str
     note: str = ""
+    macos: str = ""  # a PEP 440 specifier of macOS releases ("" matches every release)
 
-    def matches(self, op: str, dtype: str, check: str) -> bool:
+    def matches(self, op: str, dtype: str, check: str, macos: str | None = None) -> bool:
         return (
             any(fnmatch.fnmatchcase(op, pat) for pat in self.ops)
             and dtype in self.dtypes
             and check in self.checks
+            and macos_in(macos, self.macos)
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "issue": self.issue, "reason": self.reason, "note": self.note}
+        out = {"id": self.id, "issue": self.issue, "reason": self.reason, "note": self.note}
+        return {**out, "macos": self.macos} if self.macos else out
+
+
+def _macos_spec(spec: str, where: str) -> Any:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        return SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise ValueError(f"{where}: macos {spec!r} is not a version range (e.g. \">=14.4,<15\")") from None
+
+
+def macos_in(macos: str | None, spec: str) -> bool:
+    """Whether the run's macOS (None: not a Mac, or unknown) is in `spec` ("" is every one)."""
+    if not spec:
+        return True
+    if not macos:
+        return False
+    return _macos_spec(spec, "known_failures.yaml").contains(macos, prereleases=True)
 
 
 def load(path: Path = KNOWN_FILE) -> dict[str, list[KnownFailure]]:
@@ -56,16 +81,24 @@ def load(path: Path = KNOWN_FILE) -> dict[str, list[KnownFailure]]:
                     issue=int(entry["issue"]),
                     reason=str(entry["reason"]),
                     note=str(entry.get("note", "")),
+                    macos=_checked_macos(str(entry.get("macos", "")), f"{path}: {family} entry {entry['id']}"),
                 )
             )
     return table
 
 
+def _checked_macos(spec: str, where: str) -> str:
+    if spec:
+        _macos_spec(spec, where)
+    return spec
+
+
 def lookup(
-    table: dict[str, list[KnownFailure]], family: str, op: str, dtype: str, check: str
-) -> KnownFailure | None:
+    table: dict[str, list[KnownFailure]], family: str, op: str, dtype: str, check: str,
+    macos: str | None = None,
+) -> KnownFailure | None:  # fmt: skip
     for known in table.get(family, []):
-        if known.matches(op, dtype, check):
+        if known.matches(op, dtype, check, macos):
             return known
     return None
 

@@ -25,7 +25,12 @@ from ._device import synchronize
 
 TOLERANCES_FILE = Path(__file__).with_name("tolerances.yaml")
 LOW_PRECISION = (torch.float16, torch.bfloat16)
-DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+DTYPE_NAMES = {
+    torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+    torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8", torch.bool: "bool",
+}  # fmt: skip
+FLOATING = ("float32", "float16", "bfloat16")
+INTEGRAL = ("int32", "int64", "uint8", "bool")
 
 # Status of one (op, dtype, check) result. "fail" and "error" are unexpected failures unless
 # the known-failures file lists them.
@@ -49,6 +54,11 @@ class Tolerance:
     # magnitude of the output, for sums of products whose result may cancel to near zero
     # while the rounding error stays that of the terms (tolerances.yaml, relative_to).
     relative_to: str = "element"
+
+
+# Integer inputs: results are exact on every device (sums and products wrap modulo 2^64 the
+# same way in any order); compare() checks integer outputs exactly whatever the tolerance.
+EXACT = Tolerance(0.0, 0.0)
 
 
 def load_tolerances(path: Path = TOLERANCES_FILE) -> dict[str, dict[str, Tolerance]]:
@@ -306,7 +316,8 @@ class PlantedFault:
     """Self-test: corrupt one op's device output; the suite must catch it.
 
     `mode` "noise" multiplies by 1 +- `relative` with random signs; "nan" puts a NaN in the
-    first element of every non-empty floating output; "raise" makes the op raise, and
+    first element of every non-empty floating output; with either, integer and bool outputs
+    have their first element off by one (inverted); "raise" makes the op raise, and
     "raise-backward" makes its backward raise (a kernel the GPU lacks): the row must become an
     `error` with the message, and no other row may be lost. An `op` that starts with "memory."
     names a prefix of the memory group's checks (tests/regress/_memory.py), whose device
@@ -346,6 +357,13 @@ class PlantedFault:
                     last.add_(1)
                 return t
             if not t.is_floating_point():
+                if t.numel() == 0 or t.is_complex():
+                    return t
+                # Integer and bool outputs (indices, casts, masks): one element off, as a
+                # wrong index or a bad conversion leaves it; noise cannot express that.
+                t = t.clone()
+                first = t.view(-1)[:1]
+                first.logical_not_() if t.dtype == torch.bool else first.add_(1)
                 return t
             if self.mode == "nan":
                 if t.numel() == 0:
@@ -407,6 +425,20 @@ def fault_from_env() -> list[PlantedFault]:
 
 
 # --- running one op ------------------------------------------------------------------------
+
+
+def _tensor_text(t: Any) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+
+
+def describe_sample(sample: Any) -> str:
+    """An OpInfo sample's tensors as dtype[shape] ("input float32[4, 1025], args int64[4]")."""
+    parts = [f"input {_tensor_text(sample.input)}"] if isinstance(sample.input, torch.Tensor) else []
+    args = [_tensor_text(t) for t in _flatten(list(sample.args)) if isinstance(t, torch.Tensor)]
+    args += [f"{k}={_tensor_text(v)}" for k, v in sample.kwargs.items() if isinstance(v, torch.Tensor)]
+    if isinstance(sample.input, (list, tuple)):
+        parts = [f"inputs {', '.join(_tensor_text(t) for t in sample.input if isinstance(t, torch.Tensor))}"]
+    return ", ".join(parts + ([f"args {', '.join(args)}"] if args else [])) or "no tensors"
 
 
 def _sample_ok(op_name: str, sample: Any) -> bool:
@@ -503,6 +535,9 @@ class ParityRunner:
     faults: tuple[PlantedFault, ...] = ()
     seed: int = 0
     op_db_index: dict[str, Any] = field(default_factory=dict)
+    # Told each sample before it runs ("sample 3: input int32[4, 1025]"): a check that
+    # never returns is then reported with the input it hung on (_stream.RowStream.at).
+    progress: Callable[[str], None] | None = None
 
     def run_op(self, op_name: str, family: str, dtype: torch.dtype) -> list[Result]:
         dname = DTYPE_NAMES[dtype]
@@ -534,8 +569,8 @@ class ParityRunner:
                     detail=f"OpInfo declares no {dname} support",
                 )
             ]
-        tol = self.tolerances[family][dname]
-        gtol = self.tolerances[family]["grad_float32"]
+        tol = self.tolerances.get(family, {}).get(dname, EXACT)
+        gtol = self.tolerances.get(family, {}).get("grad_float32", EXACT)
         want_grad = dtype == torch.float32 and bool(getattr(info, "supports_autograd", False))
         fwd, grad = _Accumulator(), _Accumulator()
         started = time.perf_counter()
@@ -550,6 +585,8 @@ class ParityRunner:
                 if not _sample_ok(op_name, sample):
                     continue
                 taken += 1
+                if self.progress is not None:
+                    self.progress(f"sample {index}: {describe_sample(sample)}")
                 try:
                     self._run_sample(
                         info, op_name, sample, index, dtype, tol, gtol, want_grad, fwd, grad

@@ -89,6 +89,9 @@ def markdown(
         "Shapes checks: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("shape_counts", {}).items())) or "none"),
         "",
+        "Public-report cases: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("report_counts", {}).items())) or "none"),
+        "",
         "Groups (each in its own process): "
         + ", ".join(f"{k} {v}" for k, v in summ["groups"].items()),
         "",
@@ -96,7 +99,7 @@ def markdown(
     if report.get("self_test"):
         st = report["self_test"]
         planted = ", ".join(
-            f"`{p['op']}` ({'kernel' if p['mode'] == 'kernel' else p['mode'] if p['mode'] == 'nan' else format(p['relative'], 'g') + ' relative noise'})"
+            f"`{p['op']}` ({'kernel' if p['mode'] == 'kernel' else p['mode'] if p['mode'] in ('nan', 'hang') else format(p['relative'], 'g') + ' relative noise'})"
             for p in st["planted"]
         )
         lines += [
@@ -223,6 +226,18 @@ def markdown(
             )
         lines.append("")
     lines += _shapes_section(report)
+    lines += _reports_section(report)
+    lines += checks_section(
+        "Sampling", report.get("sampling") or [],
+        "Random ops checked by what every correct draw satisfies: range, zero-probability "
+        "categories never drawn, moments within 6 standard errors, same seed same draw "
+        "(tests/regress/_sampling.py).",
+    )  # fmt: skip
+    lines += checks_section(
+        "Kernel compile probe", report.get("kernels") or [],
+        "A compute pipeline for every function of torch's bundled Metal library, on this GPU "
+        "(tests/regress/_kernels.py).",
+    )  # fmt: skip
     if report.get("memory"):
         lines += [
             "## Memory paths",
@@ -239,6 +254,27 @@ def markdown(
         ]
         lines.append("")
     return "\n".join(lines)
+
+
+def checks_section(title: str, rows: list[dict[str, Any]], intro: str) -> list[str]:
+    """A group of (op, dtype, check, case) rows: counts per op, then every row not passing."""
+    if not rows:
+        return []
+    lines = [f"## {title}", "", intro, "", "| op | pass | not passing |", "|---|---|---|"]
+    by_op: dict[str, list[str]] = {}
+    for r in rows:
+        by_op.setdefault(r["op"], []).append(r["status"])
+    for op, st in by_op.items():
+        lines.append(f"| {op} | {st.count('pass')} | {len(st) - st.count('pass')} |")
+    bad = [r for r in rows if r["status"] != "pass"]
+    if bad:
+        lines += ["", "| op | dtype | check | case | status | detail |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"| {r['op']} | {r['dtype']} | {r['check']} | {r['case']} | {r['status']} | "
+            f"{str(r.get('detail', '')).replace('|', '/')} |"
+            for r in bad
+        ]
+    return [*lines, ""]
 
 
 def _shapes_section(report: dict[str, Any]) -> list[str]:
@@ -271,8 +307,9 @@ def _shapes_section(report: dict[str, Any]) -> list[str]:
     by_op: dict[str, dict[str, list[str]]] = {}
     for r in rows:
         by_op.setdefault(r["op"], {}).setdefault(r["dtype"], []).append(r["status"])
-    dtypes = ["float32", "float16", "bfloat16"]
-    lines += ["| op | " + " | ".join(dtypes) + " | worst err / bound |", "|---|---|---|---|---|"]
+    dtypes = [d for d in ("float32", "float16", "bfloat16", "int32", "int64", "uint8", "bool")
+              if any(d in per for per in by_op.values())]  # fmt: skip
+    lines += ["| op | " + " | ".join(dtypes) + " | worst err / bound |", "|---|" + "---|" * (len(dtypes) + 1)]
     for op, per in by_op.items():
         ratios = [r["err_ratio"] for r in rows if r["op"] == op and isinstance(r.get("err_ratio"), (int, float))
                   and r["err_ratio"] != float("inf")]  # fmt: skip
@@ -296,6 +333,30 @@ def _shapes_section(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _reports_section(report: dict[str, Any]) -> list[str]:
+    rows = report.get("reports") or []
+    if not rows:
+        return []
+    lines = [
+        "## Public reports (the cases of tests/regress/known_gpu_bugs.yaml)",
+        "",
+        "Each case at the shapes and values of a public Intel/AMD report, against the CPU with its",
+        "op family's tolerances (tests/regress/tolerances.yaml); repeated cases compare every run.",
+        "",
+        "| case | dtype | status | runs | max abs err | what | detail |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        err = r.get("max_abs_err")
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {_SYMBOL.get(r['status'], r['status'])} | {r.get('runs', '')} | "
+            f"{f'{err:.3g}' if isinstance(err, (int, float)) else ''} | {r['case']} | "
+            f"{str(r.get('detail', '')).replace('|', '/')} |"
+        )
+    lines.append("")
+    return lines
+
+
 def console_summary(
     report: dict[str, Any], unexpected: list[dict[str, Any]], xpass: list[dict[str, Any]]
 ) -> str:
@@ -307,6 +368,8 @@ def console_summary(
         + (", ".join(f"{k} {v}" for k, v in sorted(summ["memory_counts"].items())) or "none")
         + "; shapes checks: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("shape_counts", {}).items())) or "none")
+        + "; report cases: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("report_counts", {}).items())) or "none")
     ]
     out += [
         f"  group {name}: {g['detail']}"

@@ -20,6 +20,11 @@ CPU and CUDA, the dtype itself where backends may accumulate in it). lambda * sq
 the probabilistic rounding-error bound of Higham and Mary (SIAM J. Sci. Comput. 41, 2019)
 for any summation order. Data movement (gather, cat, sort values, amax, ...) must be exact,
 and indices (argmax, sort, topk) must select values equal to the reference's.
+
+Integer and bool inputs (issue 25) run the reductions, scans, sorts, comparisons, bitwise and
+index ops at the same boundary sizes against the CPU in the same dtype, exactly: integer
+results have no rounding. int64 values reach past 2^32 (a kernel that keeps 32 bits loses
+them), and `any`/`all` inputs have their one deciding element in the tail.
 """
 
 from __future__ import annotations
@@ -44,7 +49,14 @@ QUICK_BOUNDARY = (31, 33, 1025)
 QUICK_ROWS = (65537,)
 #: Largest tensor of the "large" cases, in elements: the CPU computes its float64 reference.
 LARGE_CAP = 1 << 25
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool,
+}  # fmt: skip
+INTEGRAL = ("int32", "int64", "uint8", "bool")
+# Sizes of the integer cases: past 32 (a SIMD group), 256 and 1024 (threadgroups), odd tails.
+INT_SIZES = (31, 33, 255, 257, 1023, 1025, 4095, 4097)
+QUICK_INT_SIZES = (33, 1025)
 SECTION = "shapes"
 
 
@@ -107,6 +119,7 @@ class Case:
     grad: bool = False  # also compare the float32 gradients of the floating inputs
     grad_n: tuple[int, ...] = ()  # reduction length of each input's gradient
     large: bool = False
+    dtypes: tuple[str, ...] = ()  # integer cases: the dtypes that take them (empty: all)
     # What the output's own rounding is relative to: each element ("element"), or the
     # output's largest value ("max": the norms, whose kernels may round (x - mean) * rstd
     # or the fused scale and shift in the dtype, an error of the order of the largest
@@ -349,6 +362,97 @@ def _select_cases(sizes: tuple[int, ...], rows: tuple[int, ...]) -> Iterator[Cas
         )  # fmt: skip
 
 
+# --- integer and bool inputs (issue 25) ------------------------------------------------------
+_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**40), 2**40), "uint8": (0, 256), "bool": (0, 2)}
+_ALL_INT = INTEGRAL
+_NUMERIC = ("int32", "int64", "uint8")
+
+
+def _ints(gen: torch.Generator, dtype: torch.dtype, *shape: int) -> torch.Tensor:
+    """Random values over the dtype's range (int64: past 2^32), in `dtype`."""
+    name = str(dtype).removeprefix("torch.")
+    low, high = _RANGE[name]
+    return torch.randint(low, high, shape, generator=gen, dtype=torch.int64).to(dtype)
+
+
+def _one_in_tail(gen: torch.Generator, value: bool, *shape: int) -> torch.Tensor:
+    """All `not value` except one element per row, in the last 3 of the row (the tail a
+    vectorised reduction handles apart)."""
+    x = torch.full(shape, not value, dtype=torch.bool)
+    n = shape[-1]
+    where = n - 1 - torch.randint(0, min(3, n), shape[:-1], generator=gen)
+    x.scatter_(-1, where.unsqueeze(-1), value)
+    return x
+
+
+def integer_cases(sizes: tuple[int, ...], rows: tuple[int, ...]) -> Iterator[Case]:
+    shapes = [(f"last dim, 4 x {n}", (4, n), -1, n) for n in sizes]
+    shapes += [(f"first dim, {n} x 3", (n, 3), 0, n) for n in sizes]
+    shapes += [(f"first dim, {r} x 8", (r, 8), 0, r) for r in rows]
+    for label, shape, dim, n in shapes:
+        def mk(g: torch.Generator, t: torch.dtype, shape: tuple[int, ...] = shape) -> tuple[Any, ...]:
+            return (_ints(g, t, *shape),)
+
+        def exact(op: str, fn: Callable[..., Any], dtypes: tuple[str, ...] = _ALL_INT, how: tuple[str, ...] = ("exact",)) -> Case:
+            return Case(op, "integer", label, n, mk, fn, how, dtypes=dtypes)
+
+        yield exact("sum", lambda x, d=dim: x.sum(d))
+        yield exact("amax", lambda x, d=dim: x.amax(d), _NUMERIC)
+        yield exact("amin", lambda x, d=dim: x.amin(d), _NUMERIC)
+        yield exact("argmax", lambda x, d=dim: x.argmax(d), _NUMERIC, (f"index:{dim}",))
+        yield exact("argmin", lambda x, d=dim: x.argmin(d), _NUMERIC, (f"index:{dim}",))
+        yield exact("max", lambda x, d=dim: x.max(d), _NUMERIC, ("exact", f"index:{dim}"))
+        if dim == -1:
+            yield exact("cumsum", lambda x: x.cumsum(-1))
+            yield exact("sort", lambda x: x.sort(-1), _NUMERIC, ("exact", "index:-1"))
+            k = min(n, 40)
+            yield exact("topk", lambda x, k=k: x.topk(k, -1), _NUMERIC, ("exact", "index:-1"))
+
+            def pair(g: torch.Generator, t: torch.dtype, shape: tuple[int, ...] = shape) -> tuple[Any, ...]:
+                a = _ints(g, t, *shape)
+                b = torch.where(torch.rand(shape, generator=g) < 0.5, a, _ints(g, t, *shape))
+                return a, b  # half the elements equal
+
+            yield Case("eq", "integer", label, n, pair, lambda a, b: a == b, ("exact",), dtypes=_ALL_INT)
+            yield Case("gt", "integer", label, n, pair, lambda a, b: a > b, ("exact",), dtypes=_NUMERIC)
+            yield Case(
+                "bitwise_xor", "integer", label, n, pair, lambda a, b: a ^ b, ("exact",), dtypes=_ALL_INT
+            )  # fmt: skip
+
+            for op, value in (("any", True), ("all", False)):
+                def tail(g: torch.Generator, t: torch.dtype, shape: tuple[int, ...] = shape, value: bool = value) -> tuple[Any, ...]:
+                    return (_one_in_tail(g, value, *shape),)
+
+                yield Case(
+                    op, "integer", f"{label}, the deciding element in the tail", n, tail,
+                    lambda x, op=op: getattr(x, op)(-1), ("exact",), dtypes=("bool",),
+                )  # fmt: skip
+    for n in sizes + rows:
+        def mk_sel(g: torch.Generator, t: torch.dtype, n: int = n) -> tuple[Any, ...]:
+            return _ints(g, t, 37, 16), _index(g, 37, n)
+
+        yield Case(
+            "index_select", "integer", f"{n} indices into 37 x 16", n, mk_sel,
+            lambda x, i: x.index_select(0, i), ("exact",), dtypes=_ALL_INT,
+        )  # fmt: skip
+
+        def mk_gather(g: torch.Generator, t: torch.dtype, n: int = n) -> tuple[Any, ...]:
+            return _ints(g, t, 4, 97), _index(g, 97, 4, n)
+
+        yield Case(
+            "gather", "integer", f"4 x {n} from 4 x 97", n, mk_gather,
+            lambda x, i: x.gather(1, i), ("exact",), dtypes=_ALL_INT,
+        )  # fmt: skip
+
+        def mk_scatter(g: torch.Generator, t: torch.dtype, n: int = n) -> tuple[Any, ...]:
+            return _ints(g, t, 4, 37), _index(g, 37, 4, n), _ints(g, t, 4, n)
+
+        yield Case(
+            "scatter_add", "integer", f"4 x {n} into 4 x 37", n, mk_scatter,
+            lambda x, i, s: x.scatter_add(1, i, s), ("exact",), dtypes=("int32", "int64"),
+        )  # fmt: skip
+
+
 def large_cases(elements: int) -> Iterator[Case]:
     """One large float32 tensor per op family (`elements` each, from the memory budget)."""
     width = 1024
@@ -403,7 +507,19 @@ OPS = (
     "sum", "mean", "amax", "argmax", "softmax", "log_softmax", "layer_norm", "rms_norm",
     "group_norm", "cumsum", "sort", "topk", "index_select", "gather", "scatter_add",
     "embedding", "matmul", "bmm", "linear", "conv2d", "where", "cat",
+    # integer and bool inputs only
+    "amin", "argmin", "max", "eq", "gt", "bitwise_xor", "any", "all",
 )  # fmt: skip
+
+
+def int_cases(quick: bool, dtype: str, ops: tuple[str, ...] | None = None) -> list[Case]:
+    """The integer cases that take `dtype` (`ops`: only these)."""
+    sizes = QUICK_INT_SIZES if quick else INT_SIZES
+    rows = QUICK_ROWS if quick else ROWS[-1:]
+    return [
+        c for c in integer_cases(sizes, rows)
+        if dtype in c.dtypes and (ops is None or c.op in ops)
+    ]  # fmt: skip
 
 
 def cases(quick: bool, ops: tuple[str, ...] | None = None) -> list[Case]:
@@ -476,7 +592,8 @@ def judge_acc(
 
 def judge_exact(got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> Judgement:
     d = got.detach().to("cpu")
-    r = ref.to(d.dtype) if ref.is_floating_point() and d.is_floating_point() else ref
+    same_kind = ref.is_floating_point() == d.is_floating_point() and d.dtype != torch.bool
+    r = ref.to(d.dtype) if same_kind else ref
     if d.shape != r.shape:
         return Judgement(False, message=f"shape {tuple(d.shape)} vs reference {tuple(r.shape)}")
     if d.is_floating_point():
@@ -538,11 +655,19 @@ def _to(device: str, inputs: tuple[Any, ...], grad: bool = False) -> tuple[Any, 
     return tuple(out)
 
 
+_NARROW_INT = (torch.int8, torch.int16, torch.int32, torch.uint8)
+
+
 def _reference(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The CPU's inputs: floats in float64, narrow integers in int64 (their results are cast
+    back to the device's dtype, which wraps the same way: the reference runs other kernels
+    than the device's dtype, so a fault planted in one dtype's kernels stays on one side)."""
     return tuple(
-        t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point()
+        else t.to(torch.int64) if isinstance(t, torch.Tensor) and t.dtype in _NARROW_INT
+        else t
         for t in inputs
-    )
+    )  # fmt: skip
 
 
 def run_case(case: Case, device: str, dtype: str, tol: ShapeTolerance, seed: int) -> list[dict[str, Any]]:
@@ -553,7 +678,7 @@ def run_case(case: Case, device: str, dtype: str, tol: ShapeTolerance, seed: int
     inputs = case.make(gen, tdtype)
     ref_in = _reference(inputs)
     want_grad = case.grad and dtype == "float32"
-    factor = tol.factor(case.op, dtype, case.n)
+    factor = tol.factor(case.op, dtype, case.n) if "acc" in case.how else 0.0
     rows = []
     try:
         dev_in = _to(device, inputs, want_grad)
@@ -581,7 +706,7 @@ def run_case(case: Case, device: str, dtype: str, tol: ShapeTolerance, seed: int
         elif how == "exact":
             j = judge_exact(o, r.detach(), tdtype)
         else:
-            values = next(t for t in ref_in if isinstance(t, torch.Tensor) and t.is_floating_point())
+            values = next(t for t in ref_in if isinstance(t, torch.Tensor))  # the first input
             j = judge_index(o, r, values.detach(), int(how.split(":")[1]))
         worst.max_abs = max(worst.max_abs, j.max_abs)
         worst.ratio = max(worst.ratio, j.ratio)
@@ -674,13 +799,14 @@ def run(
             emit({**_row(Case("*", "*", "*", 0, lambda g, t: (), lambda: None, ()), dtype,
                          "forward", "unsupported"), "detail": f"device probe: {note}"})  # fmt: skip
             continue
-        work += [(c, dtype) for c in cases(quick, ops)]
+        work += [(c, dtype) for c in (int_cases(quick, dtype, ops) if dtype in INTEGRAL else cases(quick, ops))]
     if elements is not None and "float32" in dtypes and dtype_supported(device, torch.float32)[0]:
         work += [(c, "float32") for c in large_cases(elements) if ops is None or c.op in ops]
     else:
         echo(f"regress: shapes: large tensors not checked: {why}")
     for index, (case, dtype) in enumerate(work):
-        stream.begin(SECTION, _row(case, dtype, "forward", "error"))
+        if not stream.begin(SECTION, _row(case, dtype, "forward", "error")):
+            continue  # an earlier attempt of this group began it (hung there)
         try:
             for row in run_case(case, device, dtype, tol, seed=index):
                 emit(row)

@@ -127,8 +127,8 @@ def run(
     """Each model's result, written to `stream` as it finishes."""
     results: list[TrainingResult] = []
     for name in models:
-        if stream is not None:
-            stream.begin("training", _failed(name, steps, tol, "").as_dict())
+        if stream is not None and not stream.begin("training", _failed(name, steps, tol, "").as_dict()):
+            continue  # an earlier attempt of this group began it (hung there)
         results.append(_run_model(name, device, steps, tol, seed))
         if stream is not None:
             stream.row("training", results[-1].as_dict())

@@ -4,7 +4,7 @@
         [--known tests/regress/known_failures.yaml] [--issue N] [--write]
 
 Reads each compat.json (checked against compat.schema.json; self-test runs are left out:
-their failures are planted), takes the op parity and shapes rows that fail, error or are unsupported on the reporter's GPU family and that the
+their failures are planted), takes the op parity, shapes and reports rows that fail, error or are unsupported on the reporter's GPU family and that the
 known-failures file does not list yet, and makes one entry per family and op: the dtypes and
 checks seen, the first message as the reason, and a note naming the reports' GPUs, macOS and
 torch versions. Without --write it prints the entries as YAML; with --write it adds them to
@@ -26,8 +26,8 @@ import yaml
 
 from . import _compat, _known
 
-GROUPS = ("parity", "shapes")
-FAILING = ("fail", "error", "unsupported")
+GROUPS = ("parity", "shapes", "reports", "sampling", "kernels")
+FAILING = ("fail", "error", "unsupported", "hang")
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -63,7 +63,8 @@ def entries(
             if row["group"] not in GROUPS or row["status"] not in FAILING or row["op"] == "*":
                 continue
             checks = [c for c in row["failed_checks"] if c in ("forward", "grad")] or ["forward"]
-            todo = [c for c in checks if _known.lookup(table, family, row["op"], row["dtype"], c) is None]
+            todo = [c for c in checks
+                    if _known.lookup(table, family, row["op"], row["dtype"], c, report.get("macos")) is None]
             if not todo:
                 continue
             entry = found.setdefault(

@@ -133,8 +133,9 @@ class Rows:
         self.rows: list[tuple[str, dict[str, Any]]] = []
         self.begun: list[dict[str, Any]] = []
 
-    def begin(self, section: str, row: dict[str, Any]) -> None:
+    def begin(self, section: str, row: dict[str, Any]) -> bool:
         self.begun.append(row)
+        return True
 
     def row(self, section: str, row: dict[str, Any]) -> None:
         self.rows.append((section, row))
@@ -240,7 +241,12 @@ def _report_with(detail: str, n: int = 1) -> dict[str, Any]:
         "device": {"type": "mps", "name": "AMD Radeon Pro 5500M", "family": "amd-rdna1",
                    "name_source": "torch.backends.mps.devices()",
                    "details": {"metal_devices": [{"name": "AMD Radeon Pro 5500M", "selected": True,
-                                                  "low_power": False, "unified_memory": False}]}},
+                                                  "low_power": False, "unified_memory": False}],
+                               "gpu_limits": {"families": ["Mac2", "Common3", "Metal3"],
+                                              "thread_execution_width": 64,
+                                              "max_threads_per_threadgroup": 1024,
+                                              "max_threadgroup_memory_bytes": 65536,
+                                              "source": "torch.ops.intelmac.mps_gpu_limits"}}},
         "torch": {"version": "2.14.1+intelmac", "patched_mps_api": True,
                   "build_info": {"wheel_version": "2.14.1+intelmac", "series_fingerprint": "abc123"}},
         "host": {"macos": "14.7.1", "platform": "macOS-14.7.1-x86_64", "cpu": "Intel Core i9"},
@@ -265,7 +271,11 @@ def test_compat_json_carries_no_personal_data(monkeypatch: pytest.MonkeyPatch) -
     assert len(message) <= _compat.MESSAGE_LIMIT
     assert compat["gpu"] == {"name": "AMD Radeon Pro 5500M", "family": "amd-rdna1", "device_type": "mps",
                              "name_source": "torch.backends.mps.devices()", "low_power": False,
-                             "unified_memory": False}  # fmt: skip
+                             "unified_memory": False,
+                             "limits": {"metal_families": ["Mac2", "Common3", "Metal3"],
+                                        "thread_execution_width": 64, "max_threads_per_threadgroup": 1024,
+                                        "max_threadgroup_memory_bytes": 65536,
+                                        "source": "torch.ops.intelmac.mps_gpu_limits"}}  # fmt: skip
     assert compat["torch"]["series_fingerprint"] == "abc123" and compat["macos"] == "14.7.1"
 
 
@@ -309,8 +319,10 @@ def test_merge_into_empty_existing_and_new_families() -> None:
              "issue": 0, "reason": "r", "note": "n"}  # fmt: skip
     merged = known_from_reports.merge_text(text, {"apple": [entry], "amd-rdna1": [entry], "intel-other": [entry]})
     table = yaml.safe_load(merged)["families"]
+    before = yaml.safe_load(text)["families"]["amd-rdna1"]
     assert [e["id"] for e in table["apple"]] == ["report-x"]
-    assert table["amd-rdna1"][-1]["id"] == "report-x" and len(table["amd-rdna1"]) == 4
+    assert table["amd-rdna1"][-1]["id"] == "report-x" and len(table["amd-rdna1"]) == len(before) + 1
+    assert [e["id"] for e in table["amd-rdna1"][:-1]] == [e["id"] for e in before]
     assert [e["id"] for e in table["intel-other"]] == ["report-x"]
 
 

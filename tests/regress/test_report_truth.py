@@ -117,7 +117,7 @@ def test_point10_self_test_exit_codes(tmp_path: Path) -> None:
     known = tmp_path / "known.yaml"
     known.write_text(
         "families:\n  cpu:\n"
-        "    - {id: hide, ops: [add], dtypes: [float32, float16], checks: [forward, grad], "
+        "    - {id: hide, ops: [add], dtypes: [float32, float16, int32], checks: [forward, grad], "
         "issue: 1, reason: test}\n"
     )
     code, report, log = run_suite(

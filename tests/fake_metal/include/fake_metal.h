@@ -29,8 +29,15 @@ extern "C" {
 //                 "metal_version": "3.1",                highest MSL version it compiles
 //                 "gpu_core_count": 0,                   >0: an AGXAccelerator IORegistry entry
 //                 "max_buffer_length": 0,                0: recommended_working_set
-//                 "memory_limit": 0}],                   >0: heaps and standalone buffers past
+//                 "memory_limit": 0,                   >0: heaps and standalone buffers past
 //                                                        it get nil (device_memory_refused)
+//                 "thread_execution_width": 32,          a compute pipeline's SIMD width
+//                 "max_threads_per_threadgroup": 1024,
+//                 "max_threadgroup_memory": 32768,       bytes
+//                 "pipeline_failures": {"mm_half": "SC compilation failure"}}],
+//                                      the kernels whose pipeline fails, with Metal's message
+// A library file (newLibraryWithURL:) is JSON: {"functions": [{"name": "add_float"},
+// {"name": "blit", "type": "vertex"}]}; the type is "kernel" when left out.
 //    "system_default": 0,          index of MTLCreateSystemDefaultDevice()'s device, null: nil
 //    "macos": "14.0",              what isOperatingSystemAtLeastVersion: compares with
 //    "mpsgraph": true}             whether MPSGraph has the methods the lines probe for

@@ -245,6 +245,35 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 //   hasUnifiedMemory: CPU and GPU share memory (Apple silicon and Intel iGPUs);
 //   recommendedMaxWorkingSetSize: how much memory the GPU can use without hurting
 //     performance.
+// Libraries, functions and compute pipelines: what the kernel compile probe
+// (MPSKernelProbe.mm, issue 25) calls. Apple: a library holds compiled functions;
+// newFunctionWithName: returns nil for a name it lacks; a compute pipeline is built for
+// one device from a kernel function, synchronously, and is nil with an NSError when
+// the device cannot run it.
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
+typedef NS_ENUM(NSUInteger, MTLFunctionType) {
+  MTLFunctionTypeVertex = 1,
+  MTLFunctionTypeFragment = 2,
+  MTLFunctionTypeKernel = 3,
+};
+@protocol MTLFunction <NSObject>
+@property (readonly) NSString* name;
+@property (readonly) MTLFunctionType functionType;
+@end
+@protocol MTLLibrary <NSObject>
+@property (readonly) NSArray<NSString*>* functionNames;
+- (id<MTLFunction>)newFunctionWithName:(NSString*)functionName;
+@end
+@protocol MTLComputePipelineState <NSObject>
+// Apple: the SIMD width a dispatch should be a multiple of, for efficiency.
+@property (readonly) NSUInteger threadExecutionWidth;
+@property (readonly) NSUInteger maxTotalThreadsPerThreadgroup;
+@end
+@interface MTLCompileOptions : NSObject
+@end
+
 @protocol MTLDevice <NSObject>
 @property (readonly) NSString* name;
 @property (readonly) uint64_t registryID;
@@ -261,6 +290,11 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 - (id<MTLBuffer>)newBufferWithBytes:(const void*)pointer length:(NSUInteger)length options:(MTLResourceOptions)options;
 - (id<MTLHeap>)newHeapWithDescriptor:(MTLHeapDescriptor*)descriptor;
 - (MTLSizeAndAlign)heapBufferSizeAndAlignWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
+- (id<MTLLibrary>)newLibraryWithURL:(NSURL*)url error:(NSError**)error;
+- (id<MTLLibrary>)newLibraryWithSource:(NSString*)source options:(MTLCompileOptions*)options error:(NSError**)error;
+- (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)function error:(NSError**)error;
+@property (readonly) MTLSize maxThreadsPerThreadgroup;
+@property (readonly) NSUInteger maxThreadgroupMemoryLength;
 @end
 
 #ifdef __cplusplus

@@ -824,8 +824,8 @@ inline unsigned fallback_core_count(const DeviceProps& device) {
 //
 // Known limitations of Intel and AMD GPUs that no device choice fixes (the
 // user documentation lists them too):
-//   - bfloat16: Metal's `bfloat` needs an Apple GPU; bf16 is reported
-//     unsupported on Intel and AMD Macs (pytorch/pytorch#141864).
+//   - bfloat16 is not assumed either way: pytorch/pytorch#141864 ran torch
+//     2.2.2, which has no MPS bfloat16 on any GPU; the regression suite probes it.
 //   - simdgroup_matrix is missing on Intel Mac GPUs, so kernels built on it
 //     (some matmul paths) are not available there.
 //   - Wrong results reported on AMD GPUs: F.linear on RDNA2
