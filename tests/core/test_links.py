@@ -266,3 +266,40 @@ def test_validation_runs_fit_and_keep_raw_reports_compressed() -> None:
               for _, target in links(index) if not target.startswith(("#", "..", "http"))}  # fmt: skip
     unlisted = sorted(run.name for run in VALIDATION.iterdir() if run.is_dir() and run.name not in linked)
     assert not unlisted, f"docs/validation/README.md does not summarise the runs {unlisted}"
+
+
+def _release_rows() -> dict[str, list[str]]:
+    """The release-lines table of docs/install.md: torch version -> its cells."""
+    rows = {}
+    for line in (DOCS / "install.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        version = re.match(r"^(\d+\.\d+\.\d+)( \(default\))?$", cells[0]) if line.startswith("|") else None
+        if version:
+            rows[version.group(1)] = [version.group(0), *cells[1:]]
+    return rows
+
+
+def test_the_release_lines_table_is_the_catalogs() -> None:
+    """docs/install.md's table of release lines, and the Xcode per line the README names, say
+    what patches/catalog.yaml says."""
+    from intelmac_torch_builder.core import catalog
+
+    loaded = catalog.load()
+    rows = _release_rows()
+    assert sorted(rows) == sorted(line.version for line in loaded.lines)
+    for line in loaded.lines:
+        cells = rows[line.version]
+        assert cells[0].endswith("(default)") == (line.version == loaded.default_version), cells
+        assert cells[1] == f"{line.python[0]} to {line.python[-1]}", cells
+        assert cells[2] == f"{line.macos_deployment_target} and later", cells
+        assert cells[3] == line.mps_min_macos, cells
+        assert line.companion is not None and cells[5] == line.companion.version, cells
+    readme = README.read_text(encoding="utf-8")
+    named = re.search(r"the line's Xcode \(([^)]*)\)", " ".join(readme.split()))
+    assert named, "the README no longer names each line's Xcode"
+    said = {
+        version: xcode
+        for xcode, versions in re.findall(r"(\d+\.\d+) for ([\d. and]+?)(?:,|$)", named.group(1))
+        for version in re.findall(r"\d+\.\d+\.\d+", versions)
+    }  # fmt: skip
+    assert said == {line.version: line.xcode for line in loaded.lines}, said
