@@ -87,6 +87,11 @@ FIGURES: Mapping[str, Figure] = {
         "assumption: ~5.5 GB of ccache (issue 24's figure) at ~20-50 MB/s to or from the "
         "artifact or cache store"),
     "configure": Figure(6, "min", "assumption: CMake's configure of a PyTorch tree"),
+    "reconfigure": Figure(
+        3, "min",
+        "assumption: the fail-fast step configures CMake alone (core/failfast.py), then the "
+        "wheel build re-runs CMake on the kept cache; on a scikit-build-core line the "
+        "configure-only pip wheel also packs a throwaway wheel of the Python files"),
     "interrupt": Figure(
         3, "min",
         "ci/warmup.py: at the time box the compile gets SIGINT, SIGTERM, then SIGKILL, each "
@@ -152,7 +157,7 @@ def job_budget(timeout_minutes: float) -> float:
 def _warmup_overhead(replayed: float) -> float:
     """A warm-up job's minutes besides its compile time box."""
     return (figure("setup") + figure("cleanup") + figure("cache_transfer") * 2
-            + figure("configure") + figure("interrupt") + replayed * figure("replay_direct"))
+            + figure("configure") + figure("reconfigure") + figure("interrupt") + replayed * figure("replay_direct"))
 
 
 def compile_minutes(timeout_minutes: float = 360) -> int:
@@ -201,7 +206,7 @@ def job_minutes(kind: str, line: ReleaseLine | None = None, *, vision: bool = Fa
         if line is None:
             raise BuildError("the wheel job's model needs its line")
         minutes = (figure("setup") + figure("cleanup") + figure("cache_transfer")
-                   + figure("configure") + bulk_compile_minutes(line) * figure("replay_preprocessed")
+                   + figure("configure") + figure("reconfigure") + bulk_compile_minutes(line) * figure("replay_preprocessed")
                    + python_compile_minutes() + figure("link") + figure("repair")
                    + figure("verify"))
         if vision:

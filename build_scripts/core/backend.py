@@ -96,6 +96,34 @@ def wheel_command(
     return (*argv, ".")
 
 
+#: The only target of scikit-build-core's configure-only run: every CMake Ninja build has it,
+#: and right after a configure it is up to date, so ``cmake --build --target build.ninja``
+#: compiles nothing. scikit-build-core has no configure-only wheel setting (its
+#: ``exit_after_config`` serves only ``sdist.cmake``), so the fail-fast run names this target.
+CONFIGURE_ONLY_TARGET = "build.ninja"
+#: An install component no project declares: the configure-only run installs nothing (the
+#: default install would ask for files it did not build).
+NO_COMPONENT = "intelmac-configure-only"
+
+
+def configure_only_command(backend: Backend, interpreter: str, out: Path) -> tuple[str, ...]:
+    """A scikit-build-core ``pip wheel`` that configures ``build/`` and compiles nothing.
+
+    The same command as the wheel's (so the same configure, and ``.skbuild-info.json`` the
+    full build accepts without clearing the cache) with ``build.targets`` and
+    ``install.components`` narrowed; the wheel it leaves in ``out`` is a throwaway.
+    """
+    if not backend.cmake_driven:
+        raise BuildError(f"{backend.name} has no configure-only pip wheel: use setup.py build --cmake-only")
+    *argv, source = wheel_command(backend, interpreter, out)
+    return (
+        *argv,
+        f"--config-settings=build.targets={CONFIGURE_ONLY_TARGET}",
+        f"--config-settings=install.components={NO_COMPONENT}",
+        source,
+    )
+
+
 def declared(tree: Path) -> str | None:
     """The module ``tree``'s pyproject.toml names as its build backend (None: no pyproject,
     which pip treats as setuptools' legacy backend)."""

@@ -10,6 +10,12 @@ not compile (another platform's file) is named and skipped, not an error.
         PATCH [PATCH ...]
 
 runs ``ninja -C BUILD_DIR <their objects>`` (ninja from PATH: the build venv's pinned one).
+
+``steps`` puts it in a build plan: CMake configures alone first (``setup.py build
+--cmake-only`` for a setuptools line; for scikit-build-core, which configures inside ``pip
+wheel``, a ``pip wheel`` whose only build target is ``build.ninja``: see
+``backend.configure_only_command``), then this compiles the series' objects, then the full
+wheel build reuses the configured ``build/``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from . import backend as backend_mod
+from ._plan import Step
 from .patching import file_changes
 
 #: Suffixes of the translation units a compiler sees on its command line.
@@ -92,6 +100,39 @@ def objects_for(build_dir: Path, sources: Sequence[Path]) -> dict[Path, str]:
     return found
 
 
+def steps(backend_name: str, interpreter: str, tree: Path, patches: Sequence[Path],
+          log_name: str, bin_dir: Path | None = None) -> list[Step]:
+    """Configure CMake alone in ``tree/build``, then compile the series' own sources.
+
+    ``interpreter``: the build venv's Python; ``bin_dir``: put first on PATH (the pinned
+    cmake and ninja), None to keep PATH.
+    """
+    build_dir = tree / backend_mod.BUILD_DIR
+    chosen = backend_mod.get(backend_name)
+    if chosen.cmake_driven:
+        configure = Step(
+            f"configure CMake alone (pip wheel with build.targets={backend_mod.CONFIGURE_ONLY_TARGET}, "
+            "which compiles nothing); the wheel build reuses build/",
+            backend_mod.configure_only_command(chosen, interpreter, build_dir / "configure-only"),
+            cwd=tree, log_name=log_name, path_prepend=bin_dir,
+        )
+    else:
+        configure = Step(
+            "configure CMake alone (setup.py build --cmake-only); the wheel build reuses it",
+            (interpreter, "setup.py", "build", "--cmake-only"),
+            cwd=tree, log_name=log_name, path_prepend=bin_dir,
+        )
+    return [
+        configure,
+        Step(
+            "fail fast: compile the sources the series touches or creates before the rest",
+            (sys.executable, "-m", "intelmac_torch_builder.core.failfast", "--tree", str(tree),
+             "--build-dir", str(build_dir), *map(str, patches)),
+            cwd=tree, log_name=log_name, path_prepend=bin_dir,
+        ),
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.core.failfast",
                                      description=__doc__.split("\n\n")[0])
@@ -100,6 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("patches", nargs="+", type=Path, help="the series, in apply order")
     args = parser.parse_args(argv)
     tree, build_dir = args.tree.absolute(), args.build_dir.absolute()
+    if not (build_dir / "build.ninja").is_file():
+        print(f"error: {build_dir} has no build.ninja: CMake has not configured it with the "
+              "Ninja generator. The build venv's pinned ninja must be first on PATH when CMake "
+              "configures (the build plan puts it there); remove that build/ and build again.",
+              file=sys.stderr)
+        return 2
     units = series_units(args.patches)
     objects = objects_for(build_dir, [tree / unit for unit in units])
     skipped = [unit for unit in units if tree / unit not in objects]
@@ -110,7 +157,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print(f"compiling the series' {len(objects)} sources first: "
           + ", ".join(str(path.relative_to(tree)) for path in objects))
-    return subprocess.run(["ninja", "-C", str(build_dir), *objects.values()], check=False).returncode
+    code = subprocess.run(["ninja", "-C", str(build_dir), *objects.values()], check=False).returncode
+    if code != 0:
+        print(f"error: the series' own sources do not compile (the compiler's message is above), "
+              "so the build stops before compiling the rest. Fix the patch that adds or changes "
+              f"the failing source (the series' sources: {_owners(args.patches, [tree / unit for unit in units])}), "
+              "then build again.", file=sys.stderr)
+    return code
+
+
+def _owners(patches: Sequence[Path], sources: Sequence[Path]) -> str:
+    """Which patch of the series adds or changes each source, for the error."""
+    tree_paths = {source.as_posix() for source in sources}
+    pairs = [f"{change.path}: {patch.name}" for patch in patches for change in file_changes(patch)
+             if any(path.endswith("/" + change.path) for path in tree_paths)]
+    return "; ".join(dict.fromkeys(pairs))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 from ..core import backend as backend_mod
-from ..core import features, native_deps, toolchain
+from ..core import failfast, features, native_deps, toolchain
 from ..core import host as host_mod
 from ..core import preflight as preflight_mod
 from ..core._log import Log
@@ -32,13 +32,6 @@ from ..core._plan import Computed, Step
 from ..core.errors import BuildError
 from ..core.host import MAX_JOBS_SHELL, Host, max_jobs
 from ..core.options import Options, PythonTarget
-
-#: The series' own sources compile first (core/failfast.py) where CMake can configure alone:
-#: a setup.py build (``setup.py build --cmake-only``, read in 2.6.0's setup.py and kept by
-#: later ones). scikit-build-core (2.14, 2.15) configures inside ``pip wheel``: those lines
-#: compile in CMake's order.
-FAILFAST_BACKEND = "setuptools"
-
 
 def is_cross_build(host: Host) -> bool:
     return host.machine != "x86_64"
@@ -440,7 +433,7 @@ def python_steps(options: Options, index: int) -> list[Step]:
                 action=lambda: _retarget_cache(options, previous, python),
             )
         )
-    if index == 0 and options.line.build_backend == FAILFAST_BACKEND:
+    if index == 0:
         steps += _failfast_steps(options, python, log_name)
     what = (
         "compiles everything"
@@ -470,25 +463,10 @@ def python_steps(options: Options, index: int) -> list[Step]:
 
 def _failfast_steps(options: Options, python: PythonTarget, log_name: str) -> list[Step]:
     """Configure CMake alone, then compile the series' own sources before everything else."""
-    tree = options.layout.patched_tree
-    bin_dir = options.layout.venvs / python.tag / "bin"
-    return [
-        Step(
-            "configure CMake alone (setup.py build --cmake-only); the wheel build reuses it",
-            (str(venv_python(options, python)), "setup.py", "build", "--cmake-only"),
-            cwd=tree,
-            log_name=log_name,
-            path_prepend=bin_dir,
-        ),
-        Step(
-            "fail fast: compile the sources the series touches or creates before the rest",
-            (sys.executable, "-m", "intelmac_torch_builder.core.failfast", "--tree", str(tree),
-             "--build-dir", str(tree / "build"), *map(str, options.line.patches)),
-            cwd=tree,
-            log_name=log_name,
-            path_prepend=bin_dir,
-        ),
-    ]
+    return failfast.steps(
+        options.line.build_backend, str(venv_python(options, python)), options.layout.patched_tree,
+        options.line.patches, log_name, options.layout.venvs / python.tag / "bin",
+    )
 
 
 def notes(options: Options, host: Host) -> list[str]:

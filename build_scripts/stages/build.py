@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core import _fsutil, _stage, backend, buildinfo, companion, preflight, toolchain
+from ..core import _fsutil, _stage, backend, buildinfo, companion, failfast, preflight, toolchain
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
@@ -169,6 +169,10 @@ def _generic_steps(options: Options, index: int) -> list[Step]:
                 action=lambda: shutil.rmtree(tree / "build", ignore_errors=True),
             )
         )
+    if index == 0 and chosen.cmake_driven:
+        # As the PyTorch build of a scikit-build-core line does (macos._failfast_steps).
+        steps += failfast.steps(chosen.name, python.executable, tree, options.line.patches,
+                                f"build-{python.tag}.log")
     steps.append(
         Step(
             f"wheel for {python.tag} (generic {chosen.name} build)",

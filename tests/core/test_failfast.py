@@ -55,3 +55,14 @@ def test_only_the_series_sources_compile_and_a_broken_one_fails(tmp_path: Path,
     assert objects == {"b.c.o"}
     (tree / "src" / "b.c").write_text("int b(void) { return }\n")
     assert failfast.main(["--tree", str(tree), "--build-dir", str(tree / "build"), str(patch)]) != 0
+
+
+def test_a_build_dir_without_build_ninja_is_an_error_that_says_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "build").mkdir()
+    patch = tmp_path / "0001.patch"
+    patch.write_text(_patch(tmp_path, "src/a.c", "int a;", new=True))
+    assert failfast.main(["--tree", str(tmp_path), "--build-dir", str(tmp_path / "build"),
+                          str(patch)]) == 2
+    assert "has no build.ninja: CMake has not configured it with the Ninja generator" in (
+        capsys.readouterr().err)

@@ -6,6 +6,9 @@
 - ``alloc/alloc_harness.mm``, which includes the line's patched ``MPSAllocator.h`` (the
   official wheel's header: exact, with patch 0009's hooks) and drives its BufferPool,
   AllocParams and HeapBlock the way upstream's MPSAllocator.mm does;
+- on 2.14.1 and 2.15.0, the front of ``alloc_buffer_block`` (where a request gets its pool
+  and its size) as the series' hunk leaves it, cut from the patch at test time, with
+  mirrors of the members it calls;
 - on 2.6.0, whose exact MPSAllocator.mm we have, upstream's own ``init_allocator``,
   ``init_buffer_pools``, ``get_pool``, ``get_allocation_size``, the watermark setters and
   ``format_size``, cut verbatim from the patched file at test time (never committed).
@@ -21,6 +24,7 @@ lines' libraries are loaded into one process.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import build
@@ -51,11 +55,48 @@ def cut_functions(source: str, names: tuple[str, ...] = POOL_SELECTION) -> str:
     return "\n".join(out) + "\n"
 
 
+ALLOCATOR_MM = "aten/src/ATen/mps/MPSAllocator.mm"
+#: Where the front of alloc_buffer_block starts and where it ends (that line not included).
+FRONT_FIRST, FRONT_END = "size_t alloc_size = get_allocation_size(size", "AllocParams params("
+
+
+def alloc_buffer_block_front(series: Sequence[Path], hooks: Path) -> str:
+    """The first lines of alloc_buffer_block (2.14.1, 2.15.0), where a request gets its size
+    and its pool, as the series leaves them: from the post-image of the series' hunk on
+    MPSAllocator.mm there; without such a hunk (the series without ``hooks``), upstream's
+    own lines, the pre-image of the hunk in ``hooks``."""
+    import unidiff
+
+    def front(patch: Path, image: str) -> list[str] | None:
+        for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
+            if patched.path.removeprefix("b/") != ALLOCATOR_MM:
+                continue
+            for hunk in patched:
+                lines = [ln.value.rstrip("\n") for ln in hunk if not (ln.is_removed if image == "post" else ln.is_added)]
+                first = [i for i, text in enumerate(lines) if FRONT_FIRST in text]
+                end = [i for i, text in enumerate(lines) if text.lstrip().startswith(FRONT_END)]
+                if first and end and first[0] < end[0]:
+                    return lines[first[0]:end[0]]
+        return None
+
+    for patch in series:
+        if (lines := front(patch, "post")) is not None:
+            return "\n".join(lines) + "\n"
+    if (lines := front(hooks, "pre")) is not None:
+        return "\n".join(lines) + "\n"
+    raise build.CompileError(f"{hooks.name}: no hunk of {ALLOCATOR_MM} holds the front of alloc_buffer_block")
+
+
 def allocator_library(line: str, tree: Path, wheel_include: Path, std: str, fake_lib: Path, torch_lib: Path,
-                      work: Path, *, upstream_allocator_mm: str | None = None) -> Path:
+                      work: Path, *, upstream_allocator_mm: str | None = None, alloc_front: str | None = None) -> Path:
     """libintelmac_alloc_<line>.so (module docstring). ``tree`` holds the series' headers
-    and new files; ``upstream_allocator_mm``: the patched exact MPSAllocator.mm (2.6.0)."""
+    and new files; ``upstream_allocator_mm``: the patched exact MPSAllocator.mm (2.6.0);
+    ``alloc_front``: the front of alloc_buffer_block (placement lines, alloc_buffer_block_front)."""
     work.mkdir(parents=True, exist_ok=True)
+    if line in PLACEMENT_LINES:
+        if alloc_front is None:
+            raise build.CompileError(f"{line}: the front of alloc_buffer_block is needed (alloc_buffer_block_front)")
+        (work / "alloc_front.inc").write_text(alloc_front, encoding="utf-8")
     includes = [f"-I{tree / 'aten' / 'src'}", f"-I{build.INCLUDE}", f"-I{MPS_STAND_INS}", f"-I{work}",
                 "-isystem", str(wheel_include)]
     defines = [f"-DINTELMAC_TEST_PLACEMENT={int(line in PLACEMENT_LINES)}",

@@ -45,6 +45,8 @@ const char* const kViolations[] = {
     "purged_contents",                 // contents of a buffer whose memory was purged (Empty)
     "heap_placement_not_placement",    // newBufferWithLength:options:offset: on an automatic heap
     "heap_placement_out_of_bounds",    // a placement outside the heap
+    "heap_placement_misaligned",       // a placement at an offset that is not a multiple of the
+                                       // alignment heapBufferSizeAndAlignWithLength:options: gives
 };
 
 bool is_violation(const std::string& kind) {
@@ -124,9 +126,10 @@ MTLResourceOptions pack(MTLStorageMode s, MTLCPUCacheMode c, MTLHazardTrackingMo
       (static_cast<NSUInteger>(h) << MTLResourceHazardTrackingModeShift);
 }
 
-// The stand-in's allocation granule: sizes of heap buffers are rounded up to it and it is
-// their alignment. Real GPUs report their own values (heapBufferSizeAndAlignWithLength:);
-// code must ask rather than assume, and the stand-in's differ from any real one's.
+// The stand-in's default allocation granule: sizes of heap buffers are rounded up to it and
+// it is their alignment. Real GPUs report their own values (heapBufferSizeAndAlignWithLength:),
+// which may differ per storage mode; code must ask rather than assume. A device configured
+// with "heap_alignment" answers per storage mode (fakeHeapAlignFor:).
 constexpr NSUInteger kGranule = 256;
 NSUInteger round_up(NSUInteger n, NSUInteger a) {
   return a == 0 ? n : (n + a - 1) / a * a;
@@ -167,6 +170,7 @@ bool& configured() {
   uint64_t _workingSet;
   uint64_t _memoryLimit; // 0: none; else newHeapWithDescriptor:/newBufferWithLength: past it get nil
   NSUInteger _maxBufferLength;
+  NSUInteger _heapAlign[4]; // per MTLStorageMode (shared, managed, private, memoryless)
   std::vector<NSInteger>* _families;
   // The kernel compile probe's answers (issue 25): the pipelines' SIMD width, the
   // threadgroup limits, and the functions whose pipelines fail, with Metal's message.
@@ -476,6 +480,11 @@ FakeMTLLibrary* library_of(NSArray* functions, NSString** why) {
 - (BOOL)fakeIsAppleGPU {
   return [self fakeHasFamily:MTLGPUFamilyApple1];
 }
+// The size granule and alignment of a heap buffer of this storage mode on this device.
+- (NSUInteger)fakeHeapAlignFor:(MTLStorageMode)storage {
+  const NSUInteger index = static_cast<NSUInteger>(storage);
+  return index < 4 && _heapAlign[index] != 0 ? _heapAlign[index] : kGranule;
+}
 - (id<MTLCommandQueue>)newCommandQueue {
   FakeMTLCommandQueue* queue = [[FakeMTLCommandQueue alloc] init];
   queue->_device = [self retain];
@@ -505,7 +514,7 @@ FakeMTLLibrary* library_of(NSArray* functions, NSString** why) {
   [buffer fakeOn:self storage:storage cache:cache hazard:hazard];
   buffer->_heap = [heap retain];
   buffer->_length = length;
-  buffer->_allocated = heap != nil ? round_up(std::max<NSUInteger>(length, 1), kGranule) : length;
+  buffer->_allocated = heap != nil ? round_up(std::max<NSUInteger>(length, 1), [self fakeHeapAlignFor:storage]) : length;
   buffer->_gpu = static_cast<unsigned char*>(std::calloc(std::max<NSUInteger>(length, 1), 1));
   if (storage == MTLStorageModeShared) {
     buffer->_cpu = buffer->_gpu;
@@ -547,9 +556,12 @@ FakeMTLLibrary* library_of(NSArray* functions, NSString** why) {
   return buffer;
 }
 - (MTLSizeAndAlign)heapBufferSizeAndAlignWithLength:(NSUInteger)length options:(MTLResourceOptions)options {
+  // Apple (heapBufferSizeAndAlignWithLength:options:): the size and alignment of a buffer
+  // made from a heap, for the options' storage (and hazard tracking) mode.
+  const NSUInteger align = [self fakeHeapAlignFor:storage_of(options)];
   MTLSizeAndAlign out;
-  out.size = round_up(std::max<NSUInteger>(length, 1), kGranule);
-  out.align = kGranule;
+  out.size = round_up(std::max<NSUInteger>(length, 1), align);
+  out.align = align;
   return out;
 }
 - (id<MTLHeap>)newHeapWithDescriptor:(MTLHeapDescriptor*)descriptor {
@@ -729,7 +741,7 @@ FakeMTLLibrary* library_of(NSArray* functions, NSString** why) {
   if (![self fakeMatches:options in:"newBufferWithLength:"]) {
     return nil;
   }
-  const NSUInteger need = round_up(std::max<NSUInteger>(length, 1), kGranule);
+  const NSUInteger need = round_up(std::max<NSUInteger>(length, 1), [_device fakeHeapAlignFor:_storage]);
   // Apple: nil when the heap has not enough room left (a program asks maxAvailableSize first).
   if (need > _size - _used || _purgeable == MTLPurgeableStateEmpty) {
     record("heap_full", _device,
@@ -760,6 +772,17 @@ FakeMTLLibrary* library_of(NSArray* functions, NSString** why) {
            "placement of " + std::to_string(length) + " bytes at " + std::to_string(offset) + " in a heap of " +
                std::to_string(_size));
     return nil;
+  }
+  // Apple: a buffer made from a heap has the alignment heapBufferSizeAndAlignWithLength:options:
+  // gives for it; on a placement heap the program picks the offset, and Metal does not move
+  // a misaligned one. The buffer is made (as Metal would) and the misplacement recorded.
+  const NSUInteger align = [_device heapBufferSizeAndAlignWithLength:length options:options].align;
+  if (offset % align != 0) {
+    record("heap_placement_misaligned", _device,
+           "placement of " + std::to_string(length) + " " + mode_name(_storage) + " bytes at offset " +
+               std::to_string(offset) + ", not a multiple of its alignment " + std::to_string(align),
+           @{@"offset" : [NSNumber numberWithUnsignedLong:offset], @"align" : [NSNumber numberWithUnsignedLong:align],
+             @"storage_mode" : ns(mode_name(_storage))});
   }
   const MTLHazardTrackingMode hazard = hazard_of(options) == MTLHazardTrackingModeDefault ? _hazard : hazard_of(options);
   FakeMTLBuffer* buffer = [_device fakeBufferWithLength:length storage:_storage cache:_cache hazard:hazard heap:self];
@@ -1183,6 +1206,32 @@ void check_keys(NSDictionary* dict, NSArray* known, const std::string& where) {
   }
 }
 
+// "heap_alignment": {"private": 65536, "shared": 256, ...}: what heapBufferSizeAndAlignWithLength:
+// answers per storage mode on this device (powers of two; modes left out answer kGranule).
+void heap_alignment_from(NSDictionary* d, FakeMTLDevice* device, const std::string& where) {
+  id spec = [d objectForKey:@"heap_alignment"];
+  if (spec == nil) {
+    return;
+  }
+  const std::string at = where + ".heap_alignment";
+  if (![spec isKindOfClass:[NSDictionary class]]) {
+    throw BadConfig{at + " must be an object such as {\"private\": 65536, \"shared\": 256}"};
+  }
+  const struct {
+    NSString* name;
+    MTLStorageMode mode;
+  } modes[] = {{@"shared", MTLStorageModeShared}, {@"managed", MTLStorageModeManaged},
+               {@"private", MTLStorageModePrivate}};
+  check_keys(spec, @[ @"shared", @"managed", @"private" ], at);
+  for (const auto& m : modes) {
+    const NSUInteger align = number<NSUInteger>(spec, m.name, 0, at);
+    if ([spec objectForKey:m.name] != nil && (align == 0 || (align & (align - 1)) != 0)) {
+      throw BadConfig{at + "." + [m.name UTF8String] + " must be a power of two"};
+    }
+    device->_heapAlign[static_cast<NSUInteger>(m.mode)] = align;
+  }
+}
+
 FakeMTLDevice* device_from(NSDictionary* d, size_t index) {
   const std::string where = "devices[" + std::to_string(index) + "]";
   if (![d isKindOfClass:[NSDictionary class]]) {
@@ -1191,7 +1240,7 @@ FakeMTLDevice* device_from(NSDictionary* d, size_t index) {
   check_keys(d,
              @[ @"name", @"registry_id", @"low_power", @"removable", @"headless", @"unified_memory",
                 @"recommended_working_set", @"families", @"metal_version", @"gpu_core_count",
-                @"max_buffer_length", @"memory_limit", @"thread_execution_width",
+                @"max_buffer_length", @"memory_limit", @"heap_alignment", @"thread_execution_width",
                 @"max_threads_per_threadgroup", @"max_threadgroup_memory", @"pipeline_failures" ],
              where);
   id name = [d objectForKey:@"name"];
@@ -1211,6 +1260,7 @@ FakeMTLDevice* device_from(NSDictionary* d, size_t index) {
   device->_workingSet = number<uint64_t>(d, @"recommended_working_set", 4ULL << 30, where);
   device->_maxBufferLength = number<NSUInteger>(d, @"max_buffer_length", 0, where);
   device->_memoryLimit = number<uint64_t>(d, @"memory_limit", 0, where);
+  heap_alignment_from(d, device, where);
   if (device->_maxBufferLength == 0) {
     device->_maxBufferLength = device->_workingSet;
   }
@@ -1607,6 +1657,11 @@ unsigned fm_heap_storage_mode(void* heap) {
 void* fm_heap_new_buffer(void* heap, uint64_t length, uint64_t options) {
   @autoreleasepool {
     return [(id<MTLHeap>)heap newBufferWithLength:length options:options];
+  }
+}
+void* fm_heap_new_buffer_at(void* heap, uint64_t length, uint64_t options, uint64_t offset) {
+  @autoreleasepool {
+    return [(id<MTLHeap>)heap newBufferWithLength:length options:options offset:offset];
   }
 }
 void* fm_device_new_buffer(void* device, uint64_t length, uint64_t options) {

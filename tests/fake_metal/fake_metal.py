@@ -51,6 +51,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fm_heap_max_available": (_U64, [_P, _U64]),
     "fm_heap_storage_mode": (ctypes.c_uint, [_P]),
     "fm_heap_new_buffer": (_P, [_P, _U64, _U64]),
+    "fm_heap_new_buffer_at": (_P, [_P, _U64, _U64, _U64]),
     "fm_device_new_buffer": (_P, [_P, _U64, _U64]),
     "fm_heap_buffer_size": (_U64, [_P, _U64, _U64, ctypes.POINTER(_U64)]),
     "fm_buffer_storage_mode": (ctypes.c_uint, [_P]),

@@ -51,6 +51,12 @@ APPLE = {"name": "Apple M1", "registry_id": 0x100000701, "unified_memory": True,
          "recommended_working_set": 11 * GIB,
          "families": ["Apple1", "Apple2", "Apple3", "Apple4", "Apple5", "Apple6", "Apple7", "Mac2", "Common3"]}
 GPUS = {"intel": INTEL, "amd": AMD, "apple": APPLE}
+# The same GPUs with a driver that aligns heap buffers per storage mode (issue 23, finding
+# 5): heapBufferSizeAndAlignWithLength:options: answers 64 KiB for private buffers and 256
+# bytes for shared ones. Apple documents no values; the stand-in's default is 256 for all.
+SPLIT_ALIGN = {"private": 64 << 10, "shared": 256}
+SPLIT_GPUS = {name: {**gpu, "name": f"{gpu['name']} (split alignment)", "registry_id": gpu["registry_id"] + 0x10,
+                     "heap_alignment": SPLIT_ALIGN} for name, gpu in GPUS.items()}
 
 # The pools upstream's init_buffer_pools creates, with their UsageFlags: 2.6.0 exact,
 # 2.9.1 its exact stored match, 2.14.1 and 2.15.0 the dated candidate's lines 54-67.
@@ -102,7 +108,7 @@ def cpu_visible(line: str, kind: str, gpu: dict[str, Any]) -> bool:
 @pytest.fixture(scope="session")
 def metal(fake_metal_lib: Path) -> FakeMetal:
     fm = FakeMetal(fake_metal_lib)
-    fm.configure({"devices": [INTEL, AMD, APPLE], "macos": "14.0"})
+    fm.configure({"devices": [INTEL, AMD, APPLE, *SPLIT_GPUS.values()], "macos": "14.0"})
     return fm
 
 
@@ -131,9 +137,13 @@ def allocator(line: str, fake_lib: Path, factory: pytest.TempPathFactory) -> cty
     upstream_mm = None
     if line == "2.6.0":
         upstream_mm = conftest.patched_260_file("aten/src/ATen/mps/MPSAllocator.mm", series, work / "mm")
+    front = None
+    if line in alloc_build.PLACEMENT_LINES:
+        hooks = next(p for p in catalog.load().line(line).patches if p.name == HOOKS)
+        front = alloc_build.alloc_buffer_block_front(series, hooks)
     path = alloc_build.allocator_library(line, lt.tree, lt.wheel_include, objc_lines.cxx_standard(line),
                                          fake_lib, conftest.torch_lib_dir(), work / "build",
-                                         upstream_allocator_mm=upstream_mm)
+                                         upstream_allocator_mm=upstream_mm, alloc_front=front)
     lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
     lib.alloc_pool_request.restype = ctypes.c_char_p
     lib.alloc_pool_request.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int,
@@ -142,6 +152,10 @@ def allocator(line: str, fake_lib: Path, factory: pytest.TempPathFactory) -> cty
     lib.alloc_request_usage.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int]
     lib.alloc_default_low_watermark.restype = ctypes.c_double
     lib.alloc_default_low_watermark.argtypes = [ctypes.c_uint64, ctypes.c_double]
+    if front is not None:
+        lib.alloc_place_requests.restype = ctypes.c_char_p
+        lib.alloc_place_requests.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64),
+                                             ctypes.c_int, ctypes.c_int]
     if upstream_mm is not None:
         lib.alloc_upstream_request.restype = ctypes.c_char_p
         lib.alloc_upstream_request.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64,
@@ -303,3 +317,38 @@ def test_every_allocation_does_not_ask_metal_the_device_facts_again(
         for _ in range(100):
             lib.alloc_request_usage(gpu["registry_id"], SHARED, 0)
         assert metal.fake_metal_device_queries(gpu["registry_id"]) == asked, gpu["name"]
+
+
+# Requests placed one after the other in one heap of their pool, on 2.14.1 and 2.15.0
+# (placement heaps): (sizes, usage as malloc/malloc_host/allocScalarBufferWithValue pass
+# it, stream-ordered).
+PLACED = {"device": ([1000, 4096, 3000, 200], SHARED, True), "large": ([3 * MIB + 5, 2 * MIB + 7], SHARED, True),
+          "pinned": ([1000, 3000], SHARED, False), "scalar": ([8, 4, 8], SCALAR, True)}
+PLACED_CASES = [(line, gpu, kind) for line in ("2.14.1", "2.15.0") for gpu in GPUS for kind in PLACED]
+
+
+@pytest.mark.parametrize(("line", "gpu", "kind"), PLACED_CASES, ids=["-".join(case) for case in PLACED_CASES])
+def test_placement_offsets_keep_the_alignment_metal_gave_the_pool(line: str, gpu: str, kind: str, metal: FakeMetal,
+                                                                   fake_metal_lib: Path,
+                                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Issue 23, finding 5. The front of alloc_buffer_block as the series leaves it (cut
+    from the patch) sizes each request; the blocks are placed as alloc_heap and
+    split_free_block place them, at sums of those sizes; the pool's alignment is what its
+    own options got from Metal. On a driver whose private alignment is coarser than its
+    shared one, sizes asked with the request's shared options put private buffers at
+    misaligned offsets: the stand-in records heap_placement_misaligned.
+
+    To see it fail, run it against the series before the fix (patch 0009 without the
+    sizingUsage() lines): the Intel and AMD device-tensor cases record the violation."""
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    metal.fake_metal_clear_records()
+    sizes, usage, ordered = PLACED[kind]
+    array = (ctypes.c_uint64 * len(sizes))(*sizes)
+    got = json.loads(lib.alloc_place_requests(SPLIT_GPUS[gpu]["registry_id"], usage, array, len(sizes), int(ordered)))
+    assert "error" not in got and got.get("heap", True) is not None, got
+    assert all(p["buffer"] for p in got["placements"]), got
+    misaligned = [p for p in got["placements"] if p["offset"] % got["pool_alignment"]]
+    assert misaligned == [], f"offsets that miss the pool's alignment {got['pool_alignment']}: {got}"
+    assert metal.violations() == [], got
+    if gpu != "apple" and kind in ("device", "large"):
+        assert got["pool_alignment"] == SPLIT_ALIGN["private"], got  # poolUsage(): private pools

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,6 +139,60 @@ def test_a_full_heap_returns_nil(fm: FakeMetal) -> None:
     assert fm.records("heap_full") and not fm.violations()
     fm.fm_release(first)
     fm.fm_release(heap)
+
+
+PLACEMENT = 1  # MTLHeapTypePlacement
+#: A driver whose heap buffers align differently per storage mode (issue 23, finding 5).
+SPLIT_ALIGN = {"name": "AMD Radeon Pro (split alignment)", "registry_id": 0x202, "families": ["Mac2", "Common3"],
+               "heap_alignment": {"private": 65536, "shared": 256}}
+
+
+def test_heap_buffer_size_and_alignment_follow_the_storage_mode_where_configured(fm: FakeMetal) -> None:
+    fm.configure({"devices": [AMD, SPLIT_ALIGN]})
+    split, plain = device(fm, SPLIT_ALIGN), device(fm, AMD)
+    align = ctypes.c_uint64()
+    assert fm.fm_heap_buffer_size(split, 1000, options(PRIVATE), ctypes.byref(align)) == 65536
+    assert align.value == 65536
+    assert fm.fm_heap_buffer_size(split, 1000, options(SHARED), ctypes.byref(align)) == 1024 and align.value == 256
+    assert fm.fm_heap_buffer_size(split, 1000, options(MANAGED), ctypes.byref(align)) == 1024 and align.value == 256
+    # a device configured without it answers one granule for every mode, as before
+    assert fm.fm_heap_buffer_size(plain, 1000, options(PRIVATE), ctypes.byref(align)) == 1024 and align.value == 256
+    # and a heap's buffers take the memory that answer says
+    heap = fm.fm_new_heap(split, 1 << 20, PRIVATE, 0, 0, 0)
+    buffer = fm.fm_heap_new_buffer(heap, 1000, options(PRIVATE))
+    assert buffer and fm.fm_heap_used_size(heap) == 65536
+    fm.fm_release(buffer)
+    fm.fm_release(heap)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"private": 1000}, "heap_alignment.private must be a power of two"),
+    ({"privat": 4096}, "unknown key 'privat'"),
+    (4096, "heap_alignment must be an object"),
+])
+def test_bad_heap_alignment_is_refused_by_name(fm: FakeMetal, config: object, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fm.configure({"devices": [{**AMD, "heap_alignment": config}]})
+
+
+def test_a_placement_at_an_offset_metal_does_not_align_is_a_violation(fm: FakeMetal) -> None:
+    """Apple: a heap buffer has the alignment heapBufferSizeAndAlignWithLength:options: gives;
+    on a placement heap the program picks the offset. Offsets that are sums of sizes asked
+    with another storage mode's options miss it on a driver that answers per mode."""
+    fm.configure({"devices": [SPLIT_ALIGN]})
+    dev = device(fm, SPLIT_ALIGN)
+    heap = fm.fm_new_heap(dev, 1 << 20, PRIVATE, 0, 0, PLACEMENT)
+    shared_size = fm.fm_heap_buffer_size(dev, 1000, options(SHARED), None)
+    private_size = fm.fm_heap_buffer_size(dev, 1000, options(PRIVATE), None)
+    aligned = fm.fm_heap_new_buffer_at(heap, 1000, options(PRIVATE), private_size)
+    assert aligned and not fm.violations()
+    misplaced = fm.fm_heap_new_buffer_at(heap, 1000, options(PRIVATE), 2 * private_size + shared_size)
+    assert misplaced, "Metal makes the buffer; the misplacement is what the stand-in records"
+    (violation,) = fm.violations()
+    assert violation["kind"] == "heap_placement_misaligned" and violation["align"] == 65536
+    assert violation["offset"] == 2 * private_size + shared_size and violation["storage_mode"] == "private"
+    for handle in (aligned, misplaced, heap):
+        fm.fm_release(handle)
 
 
 # --- buffers -----------------------------------------------------------------------------------

@@ -17,6 +17,9 @@ does, and ``_C.config()`` reports what reached the compile.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from orch_fixture import _diff, _header, write_series
 from orch_fixture import upstream_files as setuptools_files
 
 PYPROJECT = """\
@@ -152,3 +155,20 @@ def upstream_files(version: str) -> dict[str, str]:
         }
     )
     return files
+
+
+#: What the series' C patch adds to ``src/module.c``: the fail-fast step compiles it first.
+SERIES_C = "static const char *fixture_series = \"patched\";\n"
+#: The same patch with a mistake in its C, which the fail-fast step must catch.
+BROKEN_SERIES_C = "static const char *fixture_series = \"patched\"  /* missing ';' */\n"
+
+
+def write_skbuild_series(folder: Path, *, broken: bool = False) -> list[Path]:
+    """The fixture series, plus 0003 changing a translation unit (``src/module.c``)."""
+    patches = write_series(folder)
+    added = BROKEN_SERIES_C if broken else SERIES_C
+    after = MODULE_C.replace("const char *fixture_config(void);\n",
+                             "const char *fixture_config(void);\n" + added)
+    third = folder / "0003-fixture-series-c-source.patch"
+    third.write_text(_header("a C source the series changes") + _diff("src/module.c", MODULE_C, after))
+    return [*patches, third]

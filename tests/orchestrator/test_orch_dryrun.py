@@ -239,6 +239,16 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
         f"{fake_mac}/python3.12 -m venv {v12}",
         f"{v12}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",
         mkl_install(v12, work, "2.15.0"),  # once, by the first Python
+        # Fail fast (core/failfast.py): scikit-build-core configures inside pip wheel, so a
+        # first pip wheel whose only target is build.ninja configures build/ and compiles
+        # nothing; then the series' own sources; then the wheel, in the same build/.
+        f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {v12}/bin/python -m pip wheel --no-build-isolation --no-deps --no-index -v --wheel-dir {root}/patched/build/configure-only {SKBUILD_SETTINGS} --config-settings=build.targets=build.ninja --config-settings=install.components=intelmac-configure-only .)',
+        (
+            f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {sys.executable} -m '
+            f"intelmac_torch_builder.core.failfast --tree {root}/patched --build-dir "
+            f"{root}/patched/build "
+            + " ".join(str(p) for p in catalog.load().line("2.15.0").patches) + ")"
+        ),
         f'(cd {root}/patched && PATH={v12}/bin:"$PATH" {v12}/bin/python -m pip wheel --no-build-isolation --no-deps --no-index -v --wheel-dir {root}/dist/cp312/raw {SKBUILD_SETTINGS} .)',
         f"{fake_mac}/python3.13 -m venv {v13}",
         f"{v13}/bin/python -m pip install --require-hashes --only-binary=:all: --no-deps -r {pins('2.15.0')}",

@@ -23,12 +23,11 @@ from orch_fixture import (
     other_python,
     sha256,
     write_catalog,
-    write_series,
     write_tree,
 )
 from orch_project import VERSION, Project
 from orch_server import FileServer
-from orch_skbuild import upstream_files
+from orch_skbuild import upstream_files, write_skbuild_series
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,7 +54,7 @@ def skbuild_project(
     tarball = make_tarball(tree, tmp_path / f"pytorch-v{VERSION}.tar.gz", f"pytorch-v{VERSION}")
     url = server.serve(tarball.name, tarball)
     catalog_dir = tmp_path / "catalog"
-    patches = write_series(catalog_dir / "fixture")
+    patches = write_skbuild_series(catalog_dir / "fixture")
     digest = sha256(tarball)
     entry = {"version": VERSION, "url": url, "sha256": digest, "patches": patches}
     catalog = write_catalog(catalog_dir, [{**entry, "build_env": BUILD_ENV}])
@@ -134,6 +133,39 @@ def test_skbuild_tree_from_http_to_a_wheel_with_label_and_variables(
     assert again.code == 0, again.text
     assert _configure_id(tree) == configured
     assert _core_object(tree).stat().st_mtime_ns == before
+
+
+def test_series_sources_compile_first_and_a_broken_one_stops_the_build(
+    skbuild_project: Project,
+) -> None:
+    project = skbuild_project
+    log_path = project.work / VERSION / "logs" / f"build-cp{sys.version_info[0]}{sys.version_info[1]}.log"
+    assert project.cli("fetch").code == 0 and project.cli("patch").code == 0
+    result = project.cli("build", "--builder", "scikit-build-core")
+    assert result.code == 0, result.text
+    log = log_path.read_text()
+    # CMake configured without compiling, then the series' source alone, then the rest.
+    announced = log.index("compiling the series' 1 sources first: src/module.c")
+    series_object = log.index("module.c.o")
+    assert announced < series_object < log.index("core.c.o"), log
+
+    # A mistake in the series' C stops the build at the fail-fast step, before the rest
+    # compiles.
+    project.rewrite_catalog(
+        patches=write_skbuild_series(project.catalog.parent / "broken", broken=True), build_env=BUILD_ENV
+    )
+    shutil.rmtree(project.work / VERSION / "patched" / "build", ignore_errors=True)
+    log_path.unlink()
+    broken = project.cli("build", "--builder", "scikit-build-core")
+    assert broken.code != 0
+    assert "fail fast: compile the sources the series touches" in broken.text, broken.text
+    log = log_path.read_text()
+    assert "missing ';'" in log or "expected" in log, log
+    assert (
+        "the series' own sources do not compile" in log
+        and "src/module.c: 0003-fixture-series-c-source.patch" in log
+    ), log
+    assert "core.c.o" not in log, "the rest compiled before the series' source failed"
 
 
 def test_skbuild_tree_refused_when_the_backend_differs(skbuild_project: Project) -> None:

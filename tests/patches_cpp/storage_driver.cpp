@@ -32,6 +32,8 @@ int main() {
         std::printf("{\"kind\": \"host\", \"apple\": %d, \"unified\": %d, \"cpu_reads_at_once\": %d, \"to_cpu_pool\": %d}\n",
                     apple, unified, cpu_pool, storage::host_request_to_cpu_pool(gpu, cpu_pool));
       }
+      std::printf("{\"kind\": \"sizing\", \"apple\": %d, \"unified\": %d, \"pool_options\": %d}\n", apple, unified,
+                  storage::size_with_pool_options(gpu));
       std::printf("{\"kind\": \"watermark\", \"apple\": %d, \"unified\": %d, \"ratio\": %.3f}\n", apple, unified,
                   storage::default_low_watermark_ratio(gpu, 1.4));
     }

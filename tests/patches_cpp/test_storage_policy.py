@@ -88,6 +88,15 @@ def test_pools_and_host_requests(rows: list[dict[str, Any]]) -> None:
         assert r["to_cpu_pool"] == (r["cpu_reads_at_once"] and not r["apple"]), r
 
 
+def test_requests_are_sized_with_their_pool_options_off_apple_gpus(rows: list[dict[str, Any]]) -> None:
+    """Rule 5b (issue 23, finding 5): placement offsets are sums of sizes, so a size must
+    come from the options the pool's alignment came from; an Apple GPU keeps upstream's."""
+    sizing = _of(rows, "sizing")
+    assert len(sizing) == 4
+    for r in sizing:
+        assert r["pool_options"] == (not r["apple"]), r
+
+
 def test_low_watermark(rows: list[dict[str, Any]]) -> None:
     for r in _of(rows, "watermark"):
         assert r["ratio"] == (1.4 if r["unified"] else 1.0), r

@@ -34,8 +34,10 @@
 #endif
 #include <fake_metal.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 using namespace at::mps::HeapAllocator;
 
@@ -221,7 +223,123 @@ void MPSHeapAllocatorImpl::emptyCache() {}
 } // namespace at::mps
 #endif
 
+#if INTELMAC_TEST_PLACEMENT
+namespace {
+
+// The front of 2.14.1/2.15.0's MPSHeapAllocatorImpl::alloc_buffer_block, where a request
+// gets its pool and its size, with the members it uses. The front itself
+// (alloc_front.inc) is the series' own text, cut at build time from the line's patched
+// hunk (alloc_build.alloc_buffer_block_front), so it runs as the series leaves it. The
+// members are mirrors, in our words, of the dated candidate of the line's MPSAllocator.mm
+// (docs/mps-device-policy.md): init_buffer_pools' three pools, get_pool and
+// get_allocation_size. The pools are the header's BufferPool (exact, with poolUsage()).
+struct AllocatorFront {
+  id<MTLDevice> m_device;
+  size_t m_max_buffer_size;
+  BufferPool shared_large, shared_small, scalar;
+
+  explicit AllocatorFront(id<MTLDevice> device)
+      : m_device(device),
+        m_max_buffer_size([device maxBufferLength]),
+        shared_large(device, UsageFlags::SHARED | UsageFlags::HAZARD),
+        shared_small(device, UsageFlags::SMALL | UsageFlags::SHARED | UsageFlags::HAZARD),
+        scalar(device, UsageFlags::SMALL | UsageFlags::SHARED | UsageFlags::SCALAR) {}
+
+  // Scalars to the scalar pool, then by size: at most kMaxSmallAlloc to the small pool.
+  BufferPool& get_pool(size_t /*requested_size*/, size_t aligned_size, uint32_t usage) {
+    if (usage & UsageFlags::SCALAR) {
+      return scalar;
+    }
+    return aligned_size <= kMaxSmallAlloc ? shared_small : shared_large;
+  }
+
+  // Metal's heap size for the usage's options, rounded to Metal's alignment; a large
+  // request (not a scalar) is rounded further, to 1/32 of its power of two and at least a
+  // page, unless that moves it to another heap tier or past the buffer limit.
+  size_t get_allocation_size(size_t size, uint32_t usage) const {
+    const MTLSizeAndAlign metal = [m_device heapBufferSizeAndAlignWithLength:size options:HeapBlock::getOptions(usage)];
+    const size_t aligned = BufferBlock::alignUp(metal.size, metal.align);
+    if ((usage & UsageFlags::SCALAR) || aligned <= kMaxSmallAlloc) {
+      return aligned;
+    }
+    const size_t granule = std::max<size_t>((size_t(1) << (63 - __builtin_clzll(aligned))) >> 5, vm_page_size);
+    const size_t bucketed = BufferBlock::alignUp(aligned, granule);
+    if (bucketed >= m_max_buffer_size || getHeapTier(bucketed, false) != getHeapTier(aligned, false)) {
+      return aligned;
+    }
+    return bucketed;
+  }
+
+  // alloc_buffer_block up to its AllocParams, as the series leaves it.
+  BufferPool& front(size_t size, uint32_t usage, bool allow_in_flight_reuse, size_t& size_out) {
+#include "alloc_front.inc"
+    size_out = alloc_size;
+    return pool;
+  }
+};
+
+} // namespace
+#endif
+
 extern "C" {
+
+#if INTELMAC_TEST_PLACEMENT
+// Requests of `sizes` (`usage` as malloc/malloc_host/allocScalarBufferWithValue pass it)
+// through the front of alloc_buffer_block, then placed one after the other from the start
+// of one heap of their pool, as alloc_heap and split_free_block place blocks: the first
+// block of a new heap at offset 0, each next one where the previous block ends. The heap
+// and the buffers are the header's (createHeapBlock, newMTLBuffer with the offset).
+const char* alloc_place_requests(uint64_t registry_id, uint32_t usage, const uint64_t* sizes, int count,
+                                 int stream_ordered) {
+  @autoreleasepool {
+    id<MTLDevice> device = find_device(registry_id);
+    if (device == nil || count < 1) {
+      return give("{\"error\": \"no such device or no request\"}");
+    }
+    AllocatorFront allocator(device);
+    std::vector<size_t> alloc_sizes;
+    BufferPool* pool = nullptr;
+    for (int i = 0; i < count; ++i) {
+      size_t alloc_size = 0;
+      BufferPool& chosen = allocator.front(sizes[i], usage, stream_ordered != 0, alloc_size);
+      if (pool != nullptr && pool != &chosen) {
+        return give("{\"error\": \"the requests reach different pools\"}");
+      }
+      pool = &chosen;
+      alloc_sizes.push_back(alloc_size);
+    }
+    size_t total = 0;
+    for (size_t s : alloc_sizes) {
+      total += s;
+    }
+    AllocParams params(total, total, pool, stream_ordered != 0);
+    HeapBlock* heap = HeapBlock::createHeapBlock(params, device, pool->usage);
+    std::string json = "{\"pool_usage\": " + std::to_string(pool->usage) +
+        ", \"pool_alignment\": " + std::to_string(pool->alignment) + ", \"placements\": [";
+    if (heap == nullptr) {
+      return give(json + "], \"heap\": null}");
+    }
+    std::vector<id<MTLBuffer>> buffers;
+    size_t offset = 0;
+    for (size_t i = 0; i < alloc_sizes.size(); ++i) {
+      id<MTLBuffer> buffer = heap->newMTLBuffer(alloc_sizes[i], pool->usage, offset);
+      json += std::string(i ? ", " : "") + "{\"alloc_size\": " + std::to_string(alloc_sizes[i]) +
+          ", \"offset\": " + std::to_string(offset) + ", \"buffer\": " + flag(buffer != nil) + "}";
+      if (buffer != nil) {
+        buffers.push_back(buffer);
+      }
+      offset += alloc_sizes[i];
+    }
+    json += "], \"heap_size\": " + std::to_string(heap_total(heap)) + "}";
+    for (id<MTLBuffer>& buffer : buffers) {
+      heap->releaseMTLBuffer(buffer);
+    }
+    heap->releaseMTLHeap();
+    delete heap;
+    return give(json);
+  }
+}
+#endif
 
 #if INTELMAC_TEST_POOL_SELECTION
 // A request through upstream's own allocator on `registry_id`'s device: a fresh

@@ -29,8 +29,12 @@ extern "C" {
 //                 "metal_version": "3.1",                highest MSL version it compiles
 //                 "gpu_core_count": 0,                   >0: an AGXAccelerator IORegistry entry
 //                 "max_buffer_length": 0,                0: recommended_working_set
-//                 "memory_limit": 0,                   >0: heaps and standalone buffers past
+//                 "memory_limit": 0,                     >0: heaps and standalone buffers past
 //                                                        it get nil (device_memory_refused)
+//                 "heap_alignment": {"private": 65536},  heap buffers' size granule and
+//                                                        alignment per storage mode (shared,
+//                                                        managed, private; powers of two);
+//                                                        a mode left out: 256
 //                 "thread_execution_width": 32,          a compute pipeline's SIMD width
 //                 "max_threads_per_threadgroup": 1024,
 //                 "max_threadgroup_memory": 32768,       bytes
@@ -91,6 +95,7 @@ uint64_t fm_heap_used_size(void* heap);
 uint64_t fm_heap_max_available(void* heap, uint64_t alignment);
 unsigned fm_heap_storage_mode(void* heap);
 void* fm_heap_new_buffer(void* heap, uint64_t length, uint64_t options);
+void* fm_heap_new_buffer_at(void* heap, uint64_t length, uint64_t options, uint64_t offset);
 void* fm_device_new_buffer(void* device, uint64_t length, uint64_t options);
 uint64_t fm_heap_buffer_size(void* device, uint64_t length, uint64_t options, uint64_t* align);
 unsigned fm_buffer_storage_mode(void* buffer);

@@ -67,6 +67,16 @@ uint32_t requestUsage(id<MTLDevice> device, uint32_t usage, bool stream_ordered)
   return usage | static_cast<uint32_t>(Flags::SCALAR);
 }
 
+// The usage a request of `request_usage` is sized with
+// (MPSHeapAllocatorImpl::get_allocation_size), on lines whose heaps are placement
+// heaps (2.14.1, 2.15.0), once get_pool() chose the pool of `pool_usage`: the
+// pool's own on a GPU that is not an Apple GPU (MPSStoragePolicy.h rule 5b), so
+// that every size, and with them every offset the allocator places a buffer at,
+// is a multiple of the alignment the pool asked Metal for with those options.
+inline uint32_t sizingUsage(id<MTLDevice> device, uint32_t request_usage, uint32_t pool_usage) {
+  return storage::size_with_pool_options(storageGpu(device)) ? pool_usage : request_usage;
+}
+
 // The allocator's default low watermark ratio on `device` (MPSStoragePolicy.h rule 6).
 TORCH_API double defaultLowWatermarkRatio(id<MTLDevice> device, double upstream_default);
 

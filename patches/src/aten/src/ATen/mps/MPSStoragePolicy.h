@@ -52,6 +52,15 @@
 //     5a. On those lines a request the CPU reads at once (malloc_host, behind
 //        pinned memory) goes to the scalar pool, the one pool that stays
 //        CPU-visible, on a GPU that is not an Apple GPU.
+//   size_with_pool_options(gpu)
+//     5b. On those lines a request is sized (heapBufferSizeAndAlignWithLength:
+//        options:) with the options of the pool that serves it on a GPU that is
+//        not an Apple GPU. Its heaps are placement heaps whose offsets are sums
+//        of those sizes, and a pool's alignment is asked with the pool's own
+//        options, which rule 5 made private; a size asked with the request's
+//        (shared) options is a multiple of the shared alignment only, so a
+//        driver that aligns private buffers more coarsely would get misaligned
+//        placements. An Apple GPU keeps upstream's sizes.
 //   default_low_watermark_ratio(gpu, upstream_default)
 //     6. On a GPU without unified memory the default low watermark is 1.0 (the
 //        recommended working set), as upstream had it before 2.12.
@@ -147,6 +156,12 @@ inline bool device_tensor_pool_stays_shared(const Gpu& gpu, bool cpu_pointer_poo
 // (scalar) pool (rule 5a).
 inline bool host_request_to_cpu_pool(const Gpu& gpu, bool cpu_reads_at_once) {
   return cpu_reads_at_once && !gpu.apple_gpu;
+}
+
+// Whether a request is sized with the options of the pool that serves it
+// (rule 5b) instead of the request's own.
+inline bool size_with_pool_options(const Gpu& gpu) {
+  return !gpu.apple_gpu;
 }
 
 // The default low watermark ratio (rule 6).
