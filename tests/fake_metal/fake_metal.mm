@@ -11,11 +11,14 @@
 #include <fake_metal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -47,6 +50,8 @@ const char* const kViolations[] = {
     "heap_placement_out_of_bounds",    // a placement outside the heap
     "heap_placement_misaligned",       // a placement at an offset that is not a multiple of the
                                        // alignment heapBufferSizeAndAlignWithLength:options: gives
+    "handler_blocked",                 // a command buffer's handlers did not return: on a Mac, a
+                                       // handler waiting for what the completing thread holds
 };
 
 bool is_violation(const std::string& kind) {
@@ -897,6 +902,43 @@ FakeMTLLibrary* library_of(NSArray* functions, NSString** why) {
 }
 @end
 
+// Metal runs a command buffer's handlers on a thread of its own, never on the thread that
+// committed or waits for it. The stand-in runs them on a new thread and waits for it, at
+// most handler_timeout_seconds(): a handler that waits for something the completing thread
+// holds (a lock, a serial queue) deadlocks on a Mac; here run_on_handler_thread returns
+// false and leaves the thread behind (the caller records handler_blocked).
+// FAKE_METAL_HANDLER_TIMEOUT (seconds) shortens the wait for tests that expect the block.
+int handler_timeout_seconds() {
+  const char* env = std::getenv("FAKE_METAL_HANDLER_TIMEOUT");
+  const int value = env != nullptr ? std::atoi(env) : 0;
+  return value > 0 ? value : 20;
+}
+
+bool run_on_handler_thread(void (^work)(void)) {
+  struct Done {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto done = std::make_shared<Done>();
+  void (^copied)(void) = Block_copy(work);
+  std::thread handler([done, copied] {
+    copied();
+    Block_release(copied);
+    std::lock_guard<std::mutex> g(done->mutex);
+    done->done = true;
+    done->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> wait(done->mutex);
+  if (!done->cv.wait_for(wait, std::chrono::seconds(handler_timeout_seconds()), [&] { return done->done; })) {
+    handler.detach();
+    return false;
+  }
+  wait.unlock();
+  handler.join();
+  return true;
+}
+
 @implementation FakeMTLCommandBuffer
 - (void)dealloc {
   for (MTLCommandBufferHandler h : *_completed) Block_release(h);
@@ -1039,12 +1081,22 @@ FakeMTLLibrary* library_of(NSArray* functions, NSString** why) {
     [self fakeRun];
     _status = MTLCommandBufferStatusCompleted;
   }
-  for (MTLCommandBufferHandler h : *_scheduled) h(self);
   // Apple (addCompletedHandler:): the handlers run after the GPU finished the command
   // buffer's commands, so its buffers are no longer in use there: a handler may free them
   // (upstream's allocator returns blocks that way). Retained references go after.
   [self fakeEndUses];
-  for (MTLCommandBufferHandler h : *_completed) h(self);
+  if (!run_on_handler_thread(^{
+        @autoreleasepool {
+          for (MTLCommandBufferHandler h : *_scheduled) h(self);
+          for (MTLCommandBufferHandler h : *_completed) h(self);
+        }
+      })) {
+    // the handlers may still use `self` and its buffers: both are kept alive
+    record("handler_blocked", _device,
+           "the command buffer's handlers did not return within " + std::to_string(handler_timeout_seconds()) +
+               " s (on a Mac, a handler waiting for what the completing thread holds never returns)");
+    return;
+  }
   [self fakeForgetUses];
   record("command_buffer_completed", _device, std::to_string(_commands->size()) + " command(s)");
   [self release];
@@ -1738,6 +1790,28 @@ void fm_add_completed_tag(void* command_buffer, int tag) {
   [(id<MTLCommandBuffer>)command_buffer addCompletedHandler:^(id<MTLCommandBuffer> cb) {
     Guard g(lock());
     tags() += (tags().empty() ? "" : ",") + std::to_string(tag) + ":" + std::to_string([cb status]);
+  }];
+}
+// A lock the test holds on its own thread (fm_hold_gate) and a handler that takes it: the
+// handler can take it only on the test's thread, which is never where Metal runs it.
+extern "C++" {
+namespace {
+std::recursive_mutex& gate() {
+  static std::recursive_mutex g;
+  return g;
+}
+}  // namespace
+}
+void fm_hold_gate(int hold) {
+  if (hold) {
+    gate().lock();
+  } else {
+    gate().unlock();
+  }
+}
+void fm_add_gated_handler(void* command_buffer) {
+  [(id<MTLCommandBuffer>)command_buffer addCompletedHandler:^(id<MTLCommandBuffer>) {
+    std::lock_guard<std::recursive_mutex> g(gate());
   }];
 }
 const char* fm_completed_tags(void) {

@@ -66,6 +66,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fm_blit_copy": (None, [_P, _P, _U64, _P, _U64, _U64, _P]),
     "fm_add_completed_tag": (None, [_P, ctypes.c_int]),
     "fm_completed_tags": (ctypes.c_char_p, []),
+    "fm_hold_gate": (None, [ctypes.c_int]),
+    "fm_add_gated_handler": (None, [_P]),
     "fm_commit": (None, [_P]),
     "fm_wait": (None, [_P]),
     "fm_command_buffer_status": (ctypes.c_uint, [_P]),

@@ -314,6 +314,30 @@ def test_a_retaining_command_buffer_keeps_its_buffers_alive(fm: FakeMetal) -> No
     fm.fm_release(queue)
 
 
+def test_handlers_run_on_a_thread_of_their_own(fm: FakeMetal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Metal never runs a completed handler on the thread that commits or waits: a handler
+    that needs a lock that thread holds never returns on a Mac (issue 23: upstream's scalar
+    frees take the allocator's mutex in a handler). The stand-in records it."""
+    monkeypatch.setenv("FAKE_METAL_HANDLER_TIMEOUT", "1")
+    queue = fm.fm_new_command_queue(device(fm, AMD))
+    free_cb, blocked_cb = fm.fm_new_command_buffer(queue, 1), fm.fm_new_command_buffer(queue, 1)
+    fm.fm_add_gated_handler(free_cb)
+    fm.fm_commit(free_cb)
+    assert fm.fake_metal_complete_command_buffers() == 1  # nobody holds the lock: it returns
+    assert fm.violations() == []
+    fm.fm_add_gated_handler(blocked_cb)
+    fm.fm_commit(blocked_cb)
+    fm.fm_hold_gate(1)
+    try:
+        fm.fake_metal_complete_command_buffers()
+    finally:
+        fm.fm_hold_gate(0)  # the handler's thread takes the lock now and ends
+    (blocked,) = fm.violations()
+    assert blocked["kind"] == "handler_blocked" and blocked["device"] == AMD["name"], blocked
+    fm.fm_release(free_cb)
+    fm.fm_release(queue)
+
+
 def test_handler_after_commit_and_double_commit_are_violations(fm: FakeMetal) -> None:
     queue = fm.fm_new_command_queue(device(fm, AMD))
     cb = fm.fm_new_command_buffer(queue, 1)

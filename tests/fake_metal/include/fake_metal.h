@@ -117,6 +117,13 @@ void fm_blit_copy(void* command_buffer, void* source, uint64_t source_offset, vo
 // Adds a completed handler that appends `tag` to the list fm_completed_tags() returns.
 void fm_add_completed_tag(void* command_buffer, int tag);
 const char* fm_completed_tags(void);
+// Takes (hold 1) or gives back (0) a lock on the calling thread; fm_add_gated_handler adds a
+// completed handler that takes the same lock. The stand-in runs handlers on a thread of
+// their own, as Metal does, so completing that command buffer while the caller holds the
+// lock blocks the handler: after FAKE_METAL_HANDLER_TIMEOUT seconds (default 20) the
+// stand-in records handler_blocked and returns.
+void fm_hold_gate(int hold);
+void fm_add_gated_handler(void* command_buffer);
 void fm_commit(void* command_buffer);
 void fm_wait(void* command_buffer);
 unsigned fm_command_buffer_status(void* command_buffer);
