@@ -200,20 +200,21 @@ void set_device_type(Info&, int32_t, long) {}
 class Model : public AOTInductorModelBase<Model> {
  public:
   Model() : AOTInductorModelBase<Model>(0, 0, 2, "mps", std::nullopt) {
-    constants_info_[0].name = "w0";
-    constants_info_[0].dtype = kFloat;
-    set_device_type(constants_info_[0], kMPS, 0);
-    constants_info_[0].data_size = 12;
-    constants_info_[0].shape = {3};
-    constants_info_[0].stride = {1};
-    constants_info_[0].original_fqn = "w0";
-    constants_info_[1].name = "w1";
-    constants_info_[1].dtype = kUInt8;
-    set_device_type(constants_info_[1], kMPS, 0);
-    constants_info_[1].data_size = 5;
-    constants_info_[1].shape = {5};
-    constants_info_[1].stride = {1};
-    constants_info_[1].original_fqn = "w1";
+    describe(0, "w0", kFloat, 3);
+    describe(1, "w1", kUInt8, 5);
+  }
+
+ private:
+  // A one-dimensional constant of `count` elements on the MPS device.
+  void describe(size_t index, const char* name, int32_t dtype, int64_t count) {
+    auto& info = constants_info_[index];
+    info.name = name;
+    info.original_fqn = name;
+    info.dtype = dtype;
+    set_device_type(info, kMPS, 0);
+    info.data_size = static_cast<size_t>(count) * element_size(dtype);
+    info.shape = {count};
+    info.stride = {1};
   }
 };
 
