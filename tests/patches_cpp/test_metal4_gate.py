@@ -46,6 +46,17 @@ SERIES = "series"
 VIA = "via"
 #: Not a Metal 4 choice: an MPSGraph behaviour of that macOS, or a query for Python.
 NOT_METAL4 = "not Metal 4"
+#: Callers both 2.14.1 and 2.15.0 have, none of which chooses Metal 4 code.
+NOT_METAL4_SITES: dict[str, tuple[str, str]] = {
+    "at::mps::MPSHooks::isOnMacOSorNewer": (NOT_METAL4, "torch.backends.mps.is_macos_or_newer()"),
+    "at::native::_mps_linear": (NOT_METAL4, "MPSGraph matmul workarounds by macOS"),
+    "at::native::structured_mm_out_mps::impl": (NOT_METAL4, "MPSGraph matmul workarounds by macOS"),
+    "at::native::mps::(anonymous namespace)::use_metal_mm": (
+        NOT_METAL4,
+        "MPSGraph writes non-contiguous outputs right from macOS 26",
+    ),
+    "at::native::structured_bmm_out_mps::impl": (NOT_METAL4, "MPSGraph matmul workarounds by macOS"),
+}
 
 # Reviewed per line: what each caller of the version test with a macOS 26+ argument does.
 # `?` sites (argument not a constant) are the version test's own wrappers.
@@ -63,23 +74,7 @@ REVIEWED: dict[str, dict[str, tuple[str, str]]] = {
             SERIES,
             'OperationUtils.mm: is_macos_at_least(MacOSVersion::MACOS_26_2) ? "metal_40"',
         ),
-        "at::mps::MPSHooks::isOnMacOSorNewer": (
-            NOT_METAL4,
-            "torch.backends.mps.is_macos_or_newer()",
-        ),
-        "at::native::_mps_linear": (NOT_METAL4, "MPSGraph matmul workarounds by macOS"),
-        "at::native::structured_mm_out_mps::impl": (
-            NOT_METAL4,
-            "MPSGraph matmul workarounds by macOS",
-        ),
-        "at::native::mps::(anonymous namespace)::use_metal_mm": (
-            NOT_METAL4,
-            "MPSGraph writes non-contiguous outputs right from macOS 26",
-        ),
-        "at::native::structured_bmm_out_mps::impl": (
-            NOT_METAL4,
-            "MPSGraph matmul workarounds by macOS",
-        ),
+        **NOT_METAL4_SITES,
     },
     "2.15.0": {
         "at::mps::metal_language_version()::$_0::operator()() const": (
@@ -87,23 +82,7 @@ REVIEWED: dict[str, dict[str, tuple[str, str]]] = {
             "MPSDevice.mm: if (is_macos_at_least(MacOSVersion::MACOS_26_0)) {",
         ),
         "at::mps::has_mpp()": (VIA, "at::mps::metal_language_version()::$_0::operator()() const"),
-        "at::mps::MPSHooks::isOnMacOSorNewer": (
-            NOT_METAL4,
-            "torch.backends.mps.is_macos_or_newer()",
-        ),
-        "at::native::_mps_linear": (NOT_METAL4, "MPSGraph matmul workarounds by macOS"),
-        "at::native::structured_mm_out_mps::impl": (
-            NOT_METAL4,
-            "MPSGraph matmul workarounds by macOS",
-        ),
-        "at::native::mps::(anonymous namespace)::use_metal_mm": (
-            NOT_METAL4,
-            "MPSGraph writes non-contiguous outputs right from macOS 26",
-        ),
-        "at::native::structured_bmm_out_mps::impl": (
-            NOT_METAL4,
-            "MPSGraph matmul workarounds by macOS",
-        ),
+        **NOT_METAL4_SITES,
     },
 }
 #: Functions of the table the version test is, in some spelling (their `?` sites are forwarding).
