@@ -73,6 +73,14 @@ def xcode_for_sdk(sdk: str) -> str:
     return f"{major}.0" if major >= 26 else f"{major + 1}.0"
 
 
+def xcode_wanted(line: ReleaseLine) -> str:
+    """The Xcode the preflight accepts for ``line``, in words: the catalog's release where it
+    names one ("Xcode 16.4"), else the first that ships the line's SDK ("Xcode 16.0 or later")."""
+    if line.xcode is not None:
+        return f"Xcode {line.xcode}"
+    return f"Xcode {xcode_for_sdk(line.macos_sdk_min)} or later"
+
+
 def _older(found: str, wanted: str) -> bool:
     try:
         return Version(found) < Version(wanted)
@@ -147,8 +155,8 @@ def check(
     if facts.xcode is None:
         problems.append(
             "Xcode is not installed or not selected (`xcodebuild -version` fails; the Command "
-            "Line Tools alone have no Metal compiler). Install Xcode "
-            f"{xcode_min} or later and select it: sudo xcode-select -s /Applications/Xcode.app"
+            f"Line Tools alone have no Metal compiler). Install {xcode_wanted(line)} and select "
+            "it: sudo xcode-select -s /Applications/Xcode.app"
         )
     elif _older(facts.xcode, xcode_min):
         problems.append(

@@ -298,7 +298,7 @@ def unsupported_host_message(options: Options, host: Host) -> str:
         + done
         + vision
         + "To finish, on an Intel Mac (native x86_64; an Apple-silicon Mac can cross-build, best "
-        f"effort) with Xcode {preflight.xcode_for_sdk(options.line.macos_sdk_min)} or later and "
+        f"effort) with {preflight.xcode_wanted(options.line)} and "
         "ccache (the build fetches its pinned, sha256-checked llvm-openmp itself):\n"
         "  git clone <this repository> && cd <it>\n"
         f"  {make}\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,7 @@ def test_xcode_sdk_and_metal(tmp_path: Path) -> None:
     assert "macOS SDK 14.5 is older than 15.0" in old[1]
     none = check(Facts(**{**facts.__dict__, "xcode": None}))
     assert "Xcode is not installed or not selected" in none[0] and "xcode-select" in none[0]
+    assert "Install Xcode 16.4 and select it" in none[0]  # the line's own Xcode, as required below
     metal = check(Facts(**{**facts.__dict__, "metal": False}))
     assert "xcodebuild -downloadComponent MetalToolchain" in metal[0]
 
@@ -173,6 +175,11 @@ def test_the_line_s_own_xcode_is_required(tmp_path: Path) -> None:
     assert line.xcode == "26.2"
     assert any("built with Xcode 26.2" in problem for problem in
                preflight.check(line, facts, ("3.12",)))
+    # What the Linux stop and the missing-Xcode message ask for is what is required.
+    assert preflight.xcode_wanted(line) == "Xcode 26.2"
+    assert preflight.xcode_wanted(LINE_26) == "Xcode 16.4"
+    unnamed = replace(LINE_26, xcode=None)
+    assert preflight.xcode_wanted(unnamed) == "Xcode 16.0 or later"
 
 
 def test_free_disk_is_judged_once_per_build_against_an_adjustable_need(
