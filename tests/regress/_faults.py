@@ -33,7 +33,7 @@ Two stand for the classes of issue 25, installed the same way:
   dimension longer than 1024 returns all zeros, as on an AMD GPU (pytorch 112186). OpInfo's
   small integer samples pass; must be caught by `shapes.argmax`.
 - `multinomial_int_min` (sampling group): torch.multinomial returns -2^63 for every sample,
-  as on a Radeon Pro 5700 XT (pytorch 92752). Must be caught by `sampling.multinomial`.
+  as pytorch 92752 reports on MPS (GPU not named). Must be caught by `sampling.multinomial`.
 
 Each fault is reported in the JSON like a planted fault (self_test), with the rows that
 must catch it.

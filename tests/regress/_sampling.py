@@ -1,8 +1,8 @@
 """Random sampling on the device: checks that a wrong generator or sampling kernel fails.
 
 No reference can say which random numbers a device must draw, so these checks test what every
-correct draw satisfies: the range (torch.multinomial returned -2^63 for every sample on a
-Radeon Pro 5700 XT, pytorch 92752), categories of probability zero never drawn, draws without
+correct draw satisfies: the range (torch.multinomial returned -2^63 for every sample on
+MPS in pytorch 92752, whose GPU is not named), categories of probability zero never drawn, draws without
 replacement distinct, and the distribution within bounds that a correct generator leaves only
 by chance: each statistic within SIGMAS standard errors of its expected value (about one false
 alarm in 10^9 per statistic). Two draws from the same seed must be equal (each backend's

@@ -172,7 +172,7 @@ def test_sampling_passes_on_the_cpu() -> None:
 
 
 def test_a_multinomial_that_returns_int_min_fails() -> None:
-    # pytorch 92752: -2^63 for every sample on a Radeon Pro 5700 XT.
+    # pytorch 92752: -2^63 for every sample on MPS (the report does not name its GPU).
     rows = _sampling_rows(
         torch.ops.aten.multinomial.default, lambda out, *a: torch.full_like(out, torch.iinfo(torch.int64).min)
     )
