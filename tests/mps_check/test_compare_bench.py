@@ -1,9 +1,10 @@
 """The comparison of the check's timings with the benchmark's (``compare_bench.py``).
 
-``paired`` runs here for real on the CPU: the check's workloads (the series' files, through
-the overlay) and the benchmark's kernels timed in turn, and a planted 12.5% difference that
-it must catch. Its statistic and the order of the two are tested against scripted timings;
-``runs`` against made-up reports of whole runs.
+``paired`` runs here for real on the CPU (the check's workloads through the overlay and the
+benchmark's kernels timed in turn), for its report and its exit status only: no verdict on
+this machine's clock is asserted. Its statistic, a planted 12.5% difference it must catch
+and the order of the two are tested against scripted timings; ``runs`` against made-up
+reports of whole runs.
 """
 
 from __future__ import annotations
@@ -33,36 +34,25 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def _paired_until(expected: int, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """A real paired run on this CPU, up to three times until it exits ``expected``.
-
-    Wall-clock timing on a shared CPU: another process can take the core for a whole
-    measurement (one run here saw +53352% in one of five). The statistic's robustness is
-    tested on scripted timings below; this end-to-end run only shows that the real CLI
-    agrees with itself and catches the plant when the machine lets it measure, so a run
-    disturbed by the host is repeated rather than read as a verdict.
-    """
-    result = None
-    for _ in range(3):
-        result = _cli("paired", "--device", "cpu", "--budget", "0.2", "--repeat", "5",
-                      "--only", CHEAP, "--out", str(out), *extra)  # fmt: skip
-        if result.returncode == expected:
-            break
-    assert result is not None
-    return result
+def _paired(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return _cli("paired", "--device", "cpu", "--budget", "0.2", "--repeat", "5",
+                "--only", CHEAP, "--out", str(out), *extra)  # fmt: skip
 
 
-def test_paired_on_the_cpu_agrees_and_catches_a_planted_difference(tmp_path: Path) -> None:
-    same = _paired_until(0, tmp_path / "same.json")
-    assert same.returncode == 0, same.stdout + same.stderr
-    row = json.loads((tmp_path / "same.json").read_text())["rows"][0]
-    assert row["name"] == CHEAP and len(row["measurements"]) == 5 and abs(row["difference"]) <= 0.05
-
-    planted = _paired_until(1, tmp_path / "planted.json", "--plant", CHEAP)
-    assert planted.returncode == 1, planted.stdout + planted.stderr
-    row = json.loads((tmp_path / "planted.json").read_text())["rows"][0]
-    assert row["planted"] and not row["within_tolerance"] and row["difference"] > 0.05
-    assert "FAIL" in planted.stdout and "planted" in planted.stdout
+def test_paired_on_the_cpu_runs_end_to_end_and_its_exit_follows_its_report(tmp_path: Path) -> None:
+    """A real paired run on this CPU: the check's workloads through the overlay and the
+    benchmark's kernels, five measurements, a report, and an exit status that says what the
+    report says. Whether a difference is caught is a timing verdict, which a shared CPU can
+    disturb: it is tested on scripted timings below (and measured by the benchmark's own
+    validation on a GPU), not asserted on this machine's clock."""
+    for name, extra in (("same", ()), ("planted", ("--plant", CHEAP))):
+        result = _paired(tmp_path / f"{name}.json", *extra)
+        assert result.returncode in (0, 1), result.stdout + result.stderr
+        row = json.loads((tmp_path / f"{name}.json").read_text())["rows"][0]
+        assert row["name"] == CHEAP and len(row["measurements"]) == 5
+        assert row["planted"] == (name == "planted")
+        assert (result.returncode == 0) == row["within_tolerance"], (result.stdout, row)
+        assert ("FAIL" in result.stdout) == (not row["within_tolerance"])
 
 
 def test_paired_refuses_unknown_workloads() -> None:
@@ -117,6 +107,28 @@ def test_paired_statistic_is_the_median_of_each_measurements_difference(check_mo
     assert rows[0]["within_tolerance"]
     # The two swap places every other measurement.
     assert orders == [["check", "bench"], ["bench", "check"]] * 2 + [["check", "bench"]]
+
+
+def test_paired_catches_a_planted_eighth_on_scripted_timings(check_module: ModuleType) -> None:
+    """The plant makes one call in eight twice (12.5% more work); on steady scripted timings
+    the comparison must read it as outside the 5% tolerance."""
+    bench_s = [1.00, 1.50, 1.10, 2.00, 1.20]
+
+    def measure_interleaved(fns: list[Any], device: str, **rules: Any) -> list[Any]:
+        i = measure_interleaved.calls  # type: ignore[attr-defined]
+        measure_interleaved.calls += 1  # type: ignore[attr-defined]
+        figures = {"check": bench_s[i] * 1.125, "bench": bench_s[i]}
+        names = ["bench" if getattr(fn, "__name__", "") == "bench" else "check" for fn in fns]
+        return [SimpleNamespace(median_s=figures[n], as_dict=lambda v=figures[n]: {"median_s": v}) for n in names]
+
+    measure_interleaved.calls = 0  # type: ignore[attr-defined]
+    timing = SimpleNamespace(rules_on=lambda device, budget: {}, measure_interleaved=measure_interleaved)
+    rows = compare_bench._paired_rows(
+        check_module, timing, "cpu", 0.1, 5, [CHEAP], CHEAP, 0.05, lambda line: None,
+        kernels={CHEAP: SimpleNamespace(setup=lambda device: _named("bench"))},
+    )  # fmt: skip
+    assert rows[0]["planted"] and rows[0]["difference"] == pytest.approx(0.125)
+    assert not rows[0]["within_tolerance"]
 
 
 def _named(name: str) -> Any:
