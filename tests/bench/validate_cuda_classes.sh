@@ -12,17 +12,7 @@
 # every step met its target.
 set -u
 . "$(dirname "$0")/validate_lib.sh"
-OUT=${OUT:-reports/validation-classes}
-PY=${PY:-python3}
-WHEELS=${WHEELS:-.whl}
-
-preflight || exit 3
-
-WORK=$(mktemp -d)
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-LOG="$OUT/validation-log.txt"
-status=0
+begin_validation reports/validation-classes
 claim() {  # claim NAME PYTHON: PYTHON sees the clean run as `r` and the planted one as `p`
   step "$1" 0 $PY -c "import json, sys
 r = json.load(open(sys.argv[1]))

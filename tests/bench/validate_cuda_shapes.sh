@@ -10,17 +10,7 @@
 # into $OUT; exit 0 only when every step met its target.
 set -u
 . "$(dirname "$0")/validate_lib.sh"
-OUT=${OUT:-reports/validation-shapes}
-PY=${PY:-python3}
-WHEELS=${WHEELS:-.whl}
-
-preflight || exit 3
-
-WORK=$(mktemp -d)
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-LOG="$OUT/validation-log.txt"
-status=0
+begin_validation reports/validation-shapes
 claim() {  # claim NAME REPORT PYTHON: PYTHON sees the report as `r`; an AssertionError fails it
   step "$1" 0 $PY -c "import json, sys
 r = json.load(open(sys.argv[1]))

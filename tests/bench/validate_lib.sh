@@ -1,6 +1,6 @@
-# Shared by the NVIDIA validation scripts (tests/bench/validate_cuda.sh,
-# tests/bench/validate_cuda_shapes.sh, tests/mps_check/validate_cuda.sh); sourced, not run.
-# The caller sets PY, LOG and status=0 (and WHEELS for preflight) before using these.
+# Shared by the NVIDIA validation scripts (tests/bench/validate_cuda*.sh,
+# tests/mps_check/validate_cuda.sh); sourced, not run. The caller sets PY, LOG and status=0
+# (and WHEELS for preflight) before using these, or calls begin_validation, which does.
 
 # preflight: OpInfo imports expecttest, which GPU images often lack: install it from the
 # wheels in $WHEELS (offline) or else from the package index; return 1 if that fails.
@@ -29,4 +29,19 @@ step() {
   local rc=${PIPESTATUS[0]}
   echo "=== $name exit $rc (expected $expected)" | tee -a "$LOG"
   [ "$expected" = any ] || [ "$rc" = "$expected" ] || status=1
+}
+
+# begin_validation DEFAULT_OUT: the common start of a validation run. OUT (DEFAULT_OUT), PY
+# (python3) and WHEELS (.whl) unless set; the preflight, exit 3 when it fails; then a WORK
+# folder, OUT with the LOG in it, unbuffered Python output and status=0.
+begin_validation() {
+  OUT=${OUT:-$1}
+  PY=${PY:-python3}
+  WHEELS=${WHEELS:-.whl}
+  preflight || exit 3
+  WORK=$(mktemp -d)
+  mkdir -p "$OUT"
+  export PYTHONUNBUFFERED=1
+  LOG="$OUT/validation-log.txt"
+  status=0
 }
