@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -81,15 +80,13 @@ def test_all_from_http_to_pip_install(project: Project, tmp_path: Path) -> None:
     assert "Intel" in seen["vendors"]  # the module the series adds
     assert seen["info"]["series_fingerprint"] == inside["series_fingerprint"]
 
-    # A second `all` is a no-op: no request reaches the server, and it is quick.
+    # A second `all` is a no-op: no request reaches the server. How quick it is, is measured
+    # by tests/bench_orchestrator.py, not timed here.
     before = len(project.server.requests)
-    started = time.monotonic()
     again = project.cli("all", "--builder", "setuptools")
-    took = time.monotonic() - started
     assert again.code == 0, again.text
     assert "Up to date" in again.text
     assert len(project.server.requests) == before
-    assert took < 2.0  # in-process; tests/bench_orchestrator.py measures the real command
 
 
 def test_non_macos_host_stops_after_patching_with_exit_3(project: Project) -> None:
