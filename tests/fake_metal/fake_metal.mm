@@ -1783,6 +1783,10 @@ std::string& tags() {
   static std::string t;
   return t;
 }
+std::recursive_mutex& gate() {
+  static std::recursive_mutex g;
+  return g;
+}
 }  // namespace
 }
 
@@ -1792,16 +1796,8 @@ void fm_add_completed_tag(void* command_buffer, int tag) {
     tags() += (tags().empty() ? "" : ",") + std::to_string(tag) + ":" + std::to_string([cb status]);
   }];
 }
-// A lock the test holds on its own thread (fm_hold_gate) and a handler that takes it: the
-// handler can take it only on the test's thread, which is never where Metal runs it.
-extern "C++" {
-namespace {
-std::recursive_mutex& gate() {
-  static std::recursive_mutex g;
-  return g;
-}
-}  // namespace
-}
+// fm_hold_gate/fm_add_gated_handler: a lock the test holds on its own thread and a handler
+// that takes it; the handler can take it only on the test's thread, never where Metal runs it.
 void fm_hold_gate(int hold) {
   if (hold) {
     gate().lock();
