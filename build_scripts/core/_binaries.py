@@ -50,6 +50,10 @@ class NotMachO(ValueError):
     pass
 
 
+#: What read_macho raises for a file it cannot read: not Mach-O, cut short, or not there.
+UNREADABLE_MACHO: tuple[type[Exception], ...] = (NotMachO, struct.error, OSError)
+
+
 @dataclass
 class MachOSlice:
     arch: str

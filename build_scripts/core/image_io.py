@@ -12,7 +12,6 @@ the dylibs into the wheel. Every check here is portable (the Mach-O reader is pu
 from __future__ import annotations
 
 import shutil
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +98,7 @@ def dylib_problems(dylib: Path, deployment_target: str) -> list[str]:
     """An x86_64 slice whose minimum macOS is at or below ``deployment_target``."""
     try:
         slices = _binaries.read_macho(dylib)
-    except (_binaries.NotMachO, struct.error, OSError) as exc:
+    except _binaries.UNREADABLE_MACHO as exc:
         return [f"{dylib.name} is not a readable Mach-O file ({exc})"]
     intel = [piece for piece in slices if piece.arch == "x86_64"]
     if not intel:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import re
-import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -130,7 +129,7 @@ def problems(files: Iterable[tuple[str, Path]], target: str,
     for name, path in files:
         try:
             slices = _binaries.read_macho(path)
-        except (_binaries.NotMachO, struct.error, OSError) as exc:
+        except _binaries.UNREADABLE_MACHO as exc:
             found.append(f"{name}: unreadable Mach-O ({exc})")
             continue
         for piece in slices:

@@ -67,6 +67,10 @@ class Facts:
     cross_build: bool = False  # an arm64 Mac building x86_64 (best effort)
 
 
+#: A libomp the preflight cannot read: what read_macho raises, and any other ValueError.
+_LIBOMP_UNREADABLE: tuple[type[Exception], ...] = (*_binaries.UNREADABLE_MACHO, ValueError)
+
+
 def xcode_for_sdk(sdk: str) -> str:
     """The first Xcode that ships macOS SDK ``sdk``: 12 for SDK 11 ... 16 for SDK 15, then 26."""
     major = Version(sdk).major
@@ -224,7 +228,7 @@ def _libomp_problems(line: ReleaseLine, dylib: Path | None) -> list[str]:
         return [f"libomp.dylib was not found. {fix}"]
     try:
         slices = _binaries.read_macho(dylib)
-    except (OSError, _binaries.NotMachO, ValueError) as exc:
+    except _LIBOMP_UNREADABLE as exc:
         return [f"{dylib} is not a readable Mach-O library ({exc}). {fix}"]
     x86 = [piece for piece in slices if piece.arch == "x86_64"]
     if not x86:

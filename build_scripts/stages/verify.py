@@ -32,7 +32,6 @@ import hashlib
 import io
 import json
 import re
-import struct
 import sysconfig
 import tempfile
 import zipfile
@@ -352,11 +351,7 @@ def check_binaries(
                         for piece in slices
                         if macos_target and macho_checks.minos_above(piece, macos_target)
                     ]
-                except (
-                    _binaries.NotMachO,
-                    struct.error,
-                    OSError,
-                ) as exc:  # corrupt: a failure, not a crash
+                except _binaries.UNREADABLE_MACHO as exc:  # corrupt: a failure, not a crash
                     found = [f"unreadable Mach-O: {exc}"]
             else:
                 elf = _binaries.elf_problems(local)
@@ -492,7 +487,7 @@ def check_torch_linkage(archive: zipfile.ZipFile, expect: Expectation) -> list[F
                 local.write_bytes(archive.read(name))
                 try:
                     slices = _binaries.read_macho(local)
-                except (_binaries.NotMachO, struct.error, OSError) as exc:
+                except _binaries.UNREADABLE_MACHO as exc:
                     problems.append(f"{name}: unreadable Mach-O: {exc}")
                     continue
                 for piece in slices:
@@ -543,7 +538,7 @@ def check_image_codecs(archive: zipfile.ZipFile, codecs: tuple[str, ...]) -> lis
         local.write_bytes(archive.read(modules[0]))
         try:
             linked = [dylib for piece in _binaries.read_macho(local) for dylib in piece.dylibs]
-        except (_binaries.NotMachO, struct.error, OSError) as exc:
+        except _binaries.UNREADABLE_MACHO as exc:
             return [Finding("image codecs", False, f"{modules[0]}: unreadable Mach-O: {exc}")]
     bundled = {Path(name).name for name in members if ".dylibs/" in name}
     for codec in codecs:

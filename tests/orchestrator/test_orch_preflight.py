@@ -124,6 +124,8 @@ def test_libomp_without_x86_64_or_without_a_minimum_is_refused(tmp_path: Path) -
     assert "does not say which macOS it needs" in check(good_facts(bare))[0]
     junk = write(tmp_path, b"not a dylib at all", "junk.dylib")
     assert "is not a readable Mach-O library" in check(good_facts(junk))[0]
+    cut = write(tmp_path, thin_dylib("x86_64", "13.0")[:40], "cut.dylib")  # a copy cut short
+    assert "is not a readable Mach-O library" in check(good_facts(cut))[0]
 
 
 def test_xcode_sdk_and_metal(tmp_path: Path) -> None:
