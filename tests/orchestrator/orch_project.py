@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from intelmac_torch_builder import cli
-from orch_fixture import write_catalog
+from orch_fixture import make_tarball, sha256, write_catalog, write_tree
 from orch_server import FileServer
 
 VERSION = "1.0.0"
@@ -63,6 +64,28 @@ class Project:
     patches: list[Path]
     version: str = VERSION
     extra: list[str] = field(default_factory=list)
+
+    @classmethod
+    def served(
+        cls,
+        root: Path,
+        server: FileServer,
+        capsys: pytest.CaptureFixture[str],
+        files: Mapping[str, str],
+        write_patches: Callable[[Path], list[Path]],
+        **line: object,
+    ) -> Project:
+        """The upstream tree ``files`` as a tarball on ``server``, the series ``write_patches``
+        writes, and a catalog of that one line (``line``: its other fields, e.g. build_env)."""
+        tree = write_tree(root / "upstream" / f"pytorch-v{VERSION}", files)
+        tarball = make_tarball(tree, root / f"pytorch-v{VERSION}.tar.gz", f"pytorch-v{VERSION}")
+        url = server.serve(tarball.name, tarball)
+        catalog_dir = root / "catalog"
+        patches = write_patches(catalog_dir / "fixture")
+        digest = sha256(tarball)
+        entry = {"version": VERSION, "url": url, "sha256": digest, "patches": patches, **line}
+        catalog = write_catalog(catalog_dir, [entry])
+        return cls(root, server, capsys, catalog, tarball, url, digest, patches)
 
     @property
     def work(self) -> Path:

@@ -18,13 +18,7 @@ from pathlib import Path
 
 import pytest
 from intelmac_torch_builder.core import backend
-from orch_fixture import (
-    make_tarball,
-    other_python,
-    sha256,
-    write_catalog,
-    write_tree,
-)
+from orch_fixture import other_python
 from orch_project import VERSION, Project
 from orch_server import FileServer
 from orch_skbuild import upstream_files, write_skbuild_series
@@ -50,15 +44,9 @@ BUILD_ENV = {
 def skbuild_project(
     tmp_path: Path, server: FileServer, capsys: pytest.CaptureFixture[str]
 ) -> Project:
-    tree = write_tree(tmp_path / "upstream" / f"pytorch-v{VERSION}", upstream_files(VERSION))
-    tarball = make_tarball(tree, tmp_path / f"pytorch-v{VERSION}.tar.gz", f"pytorch-v{VERSION}")
-    url = server.serve(tarball.name, tarball)
-    catalog_dir = tmp_path / "catalog"
-    patches = write_skbuild_series(catalog_dir / "fixture")
-    digest = sha256(tarball)
-    entry = {"version": VERSION, "url": url, "sha256": digest, "patches": patches}
-    catalog = write_catalog(catalog_dir, [{**entry, "build_env": BUILD_ENV}])
-    return Project(tmp_path, server, capsys, catalog, tarball, url, digest, patches)
+    return Project.served(
+        tmp_path, server, capsys, upstream_files(VERSION), write_skbuild_series, build_env=BUILD_ENV
+    )
 
 
 def _run_from_wheel(python: str, wheel: Path, target: Path) -> list[str]:
