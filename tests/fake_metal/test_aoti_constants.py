@@ -24,7 +24,7 @@ import pytest
 from intelmac_torch_builder.core import catalog
 
 from ..patches_cpp import objc_lines
-from . import build, conftest
+from . import build
 
 pytestmark = pytest.mark.upstream  # each line's wheel
 
@@ -95,7 +95,6 @@ def _load(library: Path, fake_lib: Path, storage: str) -> dict[str, Any]:
 def test_constants_load_into_the_blob_in_every_storage_mode(
         line: str, storage: str, libraries: dict[str, Path], fake_metal_lib: Path,
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    conftest.require_toolchain()
     library = _library(line, libraries, fake_metal_lib, tmp_path_factory.mktemp(f"aoti-{line}"))
     result = _load(library, fake_metal_lib, storage)
     # each constant's tensor, as the model wraps it, reads the constant's bytes on the GPU
