@@ -25,7 +25,7 @@ __all__ = ["memory_limit", "pinned_memory_usable", "check_stream"]
 HIGH_WATERMARK_ENV = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
 # upstream's default_high_watermark_ratio (MPSAllocator.h, every line)
 UPSTREAM_HIGH_WATERMARK_RATIO = 1.7
-# MPSStoragePolicy.h kIntelHighWatermarkRatio (rule 8); tests/patches_py checks they agree
+# MPSStoragePolicy.h kIntelHighWatermarkRatio (rule 8); tests/core/test_allocator_docs.py checks they agree
 INTEL_HIGH_WATERMARK_RATIO = 1.0
 
 _warned_pinned = False
