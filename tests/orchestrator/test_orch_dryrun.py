@@ -262,8 +262,14 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
         "scikit-build-core's build/.skbuild-info.json (else it would drop the cache);"
     ) in text
     assert "# wheel for cp313 (reuses the build tree of cp312, scikit-build-core)" in text
-    # The configure result is checked against the catalog once, after the first compile.
+    # The configure result is checked against the catalog once: right after CMake configures
+    # alone, before the fail-fast compile and the wheel's full compile (docs/building.md).
     assert text.count("# check CMake's configure result against the catalog") == 1
+    check = build.index(next(line for line in build if "# check CMake's configure result" in line))
+    configure = build.index(next(line for line in build if "build.targets=build.ninja" in line))
+    first = build.index(next(line for line in build if "core.failfast --tree" in line))
+    wheel = build.index(next(line for line in build if f"--wheel-dir {root}/dist/cp312/raw" in line))
+    assert configure < check < first < wheel
     assert "UNPINNED" in "\n".join(section(out, "fetch"))
 
 
