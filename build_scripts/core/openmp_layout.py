@@ -20,7 +20,8 @@ import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def is_runtime(name: str) -> bool:
     return _RUNTIME.match(posixpath.basename(name)) is not None
 
 
-def resolve(binary: str, load: str, rpaths: list[str], members: Set[str]) -> str | None:
+def resolve(binary: str, load: str, rpaths: list[str], members: AbstractSet[str]) -> str | None:
     """The wheel member a load command of ``binary`` (a wheel path) finds, if any."""
     folder = posixpath.dirname(binary)
 
@@ -65,7 +66,7 @@ def _links(binary: str, slices: list[MachOSlice]) -> list[tuple[str, list[str]]]
     return [(load, piece.rpaths) for piece in slices for load in piece.dylibs if is_runtime(load)]
 
 
-def problems(members: Set[str], machos: Mapping[str, list[MachOSlice]]) -> list[str]:
+def problems(members: AbstractSet[str], machos: Mapping[str, list[MachOSlice]]) -> list[str]:
     """How a torch wheel's OpenMP differs from upstream's layout (empty: it matches).
 
     ``members``: the wheel's file names; ``machos``: its Mach-O files, read.
@@ -102,7 +103,9 @@ def _name_from(binary: str) -> str:
     return f"@loader_path/{relative}"
 
 
-def relink_plan(members: Set[str], machos: Mapping[str, list[MachOSlice]]) -> RelinkPlan | None:
+def relink_plan(
+    members: AbstractSet[str], machos: Mapping[str, list[MachOSlice]]
+) -> RelinkPlan | None:
     """What puts a delocated wheel's one OpenMP runtime at OMP_LIBRARY; None if it is there."""
     runtimes = sorted(name for name in members if is_runtime(name))
     if runtimes == [OMP_LIBRARY] or not runtimes:
