@@ -182,3 +182,7 @@ def test_the_linux_stop_sample_shows_the_current_series() -> None:
     assert line.companion is not None
     assert f"{line.companion.title} is not fetched here" in text
     assert f"make build VERSION={line.version} PYTHON=" in text and "BUILD_ARGS=--dry-run" in text
+    # The Xcode it asks for is what the preflight accepts (the line's range).
+    from intelmac_torch_builder.core import preflight
+
+    assert f"with {preflight.xcode_wanted(line)} and ccache" in text
