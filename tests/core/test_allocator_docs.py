@@ -1,16 +1,14 @@
 """The figures of the allocator's docs (docs/mps-device-policy.md) against what they count:
-the cases of test_allocator.py, the hunks of each line's series on upstream files and their
-changed lines outside the wheels, and the limits and sizes MPSStoragePolicy.h, _memory.py
-and upstream's headers set. Seen failing with the figures this page had before issue 35
-(89 cases; 8 exact hunks on 2.6.0; 8, 7, 22 and 16 changed lines).
+the hunks of each line's series on upstream files and their changed lines outside the
+wheels, and the limits and sizes MPSStoragePolicy.h, _memory.py and upstream's headers set
+(test_docs.py counts test_allocator.py's cases). Seen failing with the figures this page
+had before issue 35 (8 exact hunks on 2.6.0; 8, 7, 22 and 16 changed lines).
 """
 
 from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -43,18 +41,6 @@ def _python_constant(name: str) -> float:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return float(ast.literal_eval(node.value))
     raise AssertionError(name)
-
-
-def test_the_number_of_allocator_cases() -> None:
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "tests/fake_metal/test_allocator.py"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, check=False)
-    collected = re.search(r"^(\d+) tests? collected", done.stdout, re.MULTILINE)
-    assert collected, done.stdout[-2000:] + done.stderr[-2000:]
-    stated = re.search(r"(\d+) of the (\d+) cases of `test_allocator.py` fail", _doc())
-    assert stated, "the page no longer says how many cases test_allocator.py has"
-    assert int(stated[2]) == int(collected[1]), (stated[0], collected[0])
-    assert int(stated[1]) < int(stated[2])
 
 
 def _hunks_on_upstream_files(line: str) -> int:
