@@ -22,7 +22,6 @@ memory-limit steps raise.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
