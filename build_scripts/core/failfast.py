@@ -259,13 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"not compiled in this configuration: {unit}")
     # A tree without upstream's MPS sources (a test fixture, torchvision) has no shaders either.
     if chosen.metal is None and mps_units(tree) and _on(cache_value(build_dir, "USE_MPS")):
-        print(f"error: MPS is on but {build_dir} has no {METAL_TARGET} target: CMake's probe "
-              f"found no working Metal compiler (CMakeCache.txt: CAN_COMPILE_METAL="
-              f"{cache_value(build_dir, 'CAN_COMPILE_METAL')}), so the wheel would lack "
-              "upstream's shader library. Select an Xcode the line accepts (the preflight "
-              "names the range) with its Metal toolchain (Xcode 26: xcodebuild "
-              "-downloadComponent MetalToolchain), remove build/ and build again.",
-              file=sys.stderr)
+        print(f"error: MPS is on but {build_dir} has no {METAL_TARGET} target. "
+              + _no_metal_reason(cache_value(build_dir, "CAN_COMPILE_METAL")), file=sys.stderr)
         return 2
     if not chosen.targets:
         print("the series touches no source this configuration compiles")
@@ -280,6 +275,19 @@ def main(argv: Sequence[str] | None = None) -> int:
               "its Metal shaders: the selected Xcode is not one this line builds with; select "
               "one in the range the preflight names.", file=sys.stderr)
     return code
+
+
+def _no_metal_reason(can_compile: str | None) -> str:
+    """Why the configured graph has no shader library target, and what to do."""
+    if _on(can_compile):
+        # The Metal compiler works, so this line's CMake calls the target something else.
+        return (f"CMake found a working Metal compiler (CAN_COMPILE_METAL={can_compile}), so "
+                "this line's CMake names its shader library target otherwise: find the target "
+                "torch_cpu depends on in caffe2/CMakeLists.txt and set failfast.METAL_TARGET.")
+    return (f"CMake's probe found no working Metal compiler (CMakeCache.txt: CAN_COMPILE_METAL="
+            f"{can_compile}), so the wheel would lack upstream's shader library. Select an Xcode "
+            "the line accepts (the preflight names the range) with its Metal toolchain (Xcode 26: "
+            "xcodebuild -downloadComponent MetalToolchain), remove build/ and build again.")
 
 
 def _owners(patches: Sequence[Path], sources: Sequence[Path]) -> str:
