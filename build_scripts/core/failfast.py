@@ -56,8 +56,10 @@ MPS_SOURCE_DIRS: tuple[tuple[str, bool], ...] = (
     ("aten/src/ATen/native/mps", True),
 )
 #: The custom target that compiles the line's shaders and links the Metal library that
-#: torch_cpu embeds (``add_custom_target(metallibs ...)`` in 2.6.0's aten/src/ATen; every
-#: later line's caffe2/CMakeLists.txt still says ``add_dependencies(torch_cpu metallibs)``).
+#: torch_cpu embeds (``add_custom_target(metallibs ...)`` in 2.6.0's aten/src/ATen; a stored,
+#: undated later caffe2/CMakeLists.txt, one library only, still says
+#: ``add_dependencies(torch_cpu metallibs)``; none of 2.14 or 2.15 is stored). A line that
+#: renames it stops fail-fast with a message saying so.
 METAL_TARGET = "metallibs"
 #: ``build <outputs>: <rule> <explicit inputs> [| implicit] [|| order-only]`` in a ninja file.
 _BUILD = re.compile(r"^build (?P<outputs>(?:[^:$]|\$.)+): (?P<rule>\S+)(?P<inputs>.*)$")
