@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import backend as backend_mod
+from . import features
 from ._plan import Step
 from .patching import file_changes
 
@@ -146,19 +147,9 @@ def target_named(build_dir: Path, name: str) -> str | None:
 
 
 def cache_value(build_dir: Path, key: str) -> str | None:
-    """``KEY:TYPE=value`` from CMakeCache.txt (None: not set, or no cache)."""
+    """A CMakeCache.txt entry of ``build_dir`` (None: not set, or no cache)."""
     cache = build_dir / "CMakeCache.txt"
-    if not cache.is_file():
-        return None
-    for line in cache.read_text(encoding="utf-8", errors="replace").splitlines():
-        name, _, rest = line.partition(":")
-        if name == key and "=" in rest:
-            return rest.split("=", 1)[1]
-    return None
-
-
-def _on(value: str | None) -> bool:
-    return (value or "").upper() in ("1", "ON", "YES", "TRUE", "Y")
+    return features.cmake_cache(cache).get(key) if cache.is_file() else None
 
 
 def objects_for(build_dir: Path, sources: Sequence[Path]) -> dict[Path, str]:
@@ -260,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for unit in chosen.skipped:
         print(f"not compiled in this configuration: {unit}")
     # A tree without upstream's MPS sources (a test fixture, torchvision) has no shaders either.
-    if chosen.metal is None and mps_units(tree) and _on(cache_value(build_dir, "USE_MPS")):
+    if chosen.metal is None and mps_units(tree) and features.cmake_true(cache_value(build_dir, "USE_MPS")):
         print(f"error: MPS is on but {build_dir} has no {METAL_TARGET} target. "
               + _no_metal_reason(cache_value(build_dir, "CAN_COMPILE_METAL")), file=sys.stderr)
         return 2
@@ -281,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _no_metal_reason(can_compile: str | None) -> str:
     """Why the configured graph has no shader library target, and what to do."""
-    if _on(can_compile):
+    if features.cmake_true(can_compile):
         # The Metal compiler works, so this line's CMake calls the target something else.
         return (f"CMake found a working Metal compiler (CAN_COMPILE_METAL={can_compile}), so "
                 "this line's CMake names its shader library target otherwise: find the target "
