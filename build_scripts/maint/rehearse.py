@@ -39,7 +39,6 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
@@ -253,8 +252,10 @@ def install_name_tool() -> str:
 
 
 def link_edits(data: bytes, member: str, options: Options) -> tuple[bytes, list[str]]:
-    """``data`` with the LC_RPATHs our build leaves: upstream's build-machine ones removed, as
-    ``delocate-wheel --sanitize-rpaths`` removes them, and, in a companion's extension modules,
+    """``data`` with the LC_RPATHs our build leaves: upstream's build-machine ones and a repeated
+    bare ``@loader_path`` removed, as ``delocate-wheel --sanitize-rpaths`` removes them (a
+    repeat the raw wheel has is the repair's own Mach-O check, n/a here), and, in a
+    companion's extension modules,
     the rpath to torch's folder that our LDFLAGS give (platforms/torchvision.py)."""
     with tempfile.TemporaryDirectory(prefix="rehearse-macho-") as folder:
         local = Path(folder) / "binary"
@@ -265,6 +266,9 @@ def link_edits(data: bytes, member: str, options: Options) -> tuple[bytes, list[
             rpaths = [rpath for piece in _binaries.read_macho(local) for rpath in piece.rpaths]
             argv = [arg for rpath in sorted(set(rpaths)) if not rpath.startswith("@")
                     for arg in ("-delete_rpath", rpath)]  # fmt: skip
+            if rpaths.count("@loader_path") > 1:
+                # --sanitize-rpaths drops a repeated bare @loader_path too (core/macho_checks.py)
+                argv += ["-delete_rpath", "@loader_path"]
             if (options.companion_of is not None and member.endswith(".so")
                     and companion.TORCH_LIB_RPATH not in rpaths):  # fmt: skip
                 argv += ["-add_rpath", companion.TORCH_LIB_RPATH]
@@ -342,6 +346,10 @@ def _not_here(expect: verify.Expectation) -> list[tuple[str, str]]:
     if expect.macho_arch:
         out.append(("Mach-O architecture", f"upstream's binaries here are arm64; that a build's "
                     f"carry {expect.macho_arch} is checked on torch {X86_TORCH}'s x86_64 wheel"))  # fmt: skip
+    if expect.macos_target:
+        out.append(("minimum macOS", f"upstream's arm64 binaries carry their own (2.9.1's "
+                    f"libomp.dylib says 14.0); that a build's stay at or below "
+                    f"{expect.macos_target} is checked on torch {X86_TORCH}'s x86_64 wheel"))  # fmt: skip
     if expect.compiled_markers:
         out.append(("compiled patch", "the binaries are upstream's, compiled without the series; "
                     f"only a Mac compile puts {', '.join(expect.compiled_markers)} into them"))  # fmt: skip
@@ -355,7 +363,7 @@ def run_verify(r: Rehearsal, subject: str, options: Options, wheel: Path) -> Non
     status.unlink(missing_ok=True)
     expect = verify.expectation(options, PYTHON, SourceRecord.load(layout.source_record))
     skipped = _not_here(expect)
-    expect = dataclasses.replace(expect, macho_arch=None, compiled_markers=())
+    expect = dataclasses.replace(expect, macho_arch=None, macos_target=None, compiled_markers=())
     findings = verify.verify_wheel(wheel, expect, layout.patched_tree, options.line.patches)
     for finding in findings:
         if finding.check not in dict(skipped):
