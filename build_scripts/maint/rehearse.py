@@ -347,8 +347,8 @@ def _not_here(expect: verify.Expectation) -> list[tuple[str, str]]:
         out.append(("Mach-O architecture", f"upstream's binaries here are arm64; that a build's "
                     f"carry {expect.macho_arch} is checked on torch {X86_TORCH}'s x86_64 wheel"))  # fmt: skip
     if expect.macos_target:
-        out.append(("minimum macOS", f"upstream's arm64 binaries carry their own (2.9.1's "
-                    f"libomp.dylib says 14.0); that a build's stay at or below "
+        out.append(("minimum macOS", "upstream's arm64 binaries carry arm64's own (its 2.9.1 "
+                    "wheel's libomp.dylib needs 14.0); that a build's stay at or below "
                     f"{expect.macos_target} is checked on torch {X86_TORCH}'s x86_64 wheel"))  # fmt: skip
     if expect.compiled_markers:
         out.append(("compiled patch", "the binaries are upstream's, compiled without the series; "
