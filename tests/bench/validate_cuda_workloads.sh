@@ -13,7 +13,7 @@
 set -u
 . "$(dirname "$0")/validate_lib.sh"
 begin_validation reports/validation-workloads no-opinfo
-DEVICE=${DEVICE:-cuda}  # cpu checks the script itself (every row compares the CPU with itself)
+export DEVICE=${DEVICE:-cuda}  # cpu checks the script itself (every row compares the CPU with itself)
 GROUPS_ONLY="--no-parity --no-shapes --no-memory --no-patched --no-kernels"
 REPORT_ROWS=reports.mm_repeat,reports.conv1d_repeat,reports.conv1d_499_taps_repeat,reports.conv1d_255_taps_repeat,reports.weight_int8pack_mm_decode,reports.weight_int4pack_mm_decode,reports.int64_add_2p32,reports.int64_arith_high_word
 WORKLOAD_ROWS=workloads.llm_prompt,workloads.llm_generation,workloads.llm_generation_int8,workloads.diffusion_unet_block,workloads.speech_encoder,workloads.vision_training
@@ -53,7 +53,8 @@ print("full run: first step of mnist_cnn_batch128 repeated:", [x["case"] for x i
 c = json.load(open(sys.argv[1].replace("regress.json", "compat.json")))
 for w in c["workloads"]:
     print("compat:", w["sentence"])
-assert r["groups"]["workloads"]["seconds"] <= 90, "the workloads group took longer than about 60 s"'
+import os  # the time target is a GPU'"'"'s: on the CPU both sides are the CPU
+assert os.environ["DEVICE"] == "cpu" or r["groups"]["workloads"]["seconds"] <= 90, "the workloads group took longer than about 60 s"'
 
 claim each-fault-named '
 st = p["self_test"]
