@@ -80,14 +80,4 @@ for s in ("reports", "sampling", "training", "workloads"):
     print(s, len(a), "rows; outside the faulted ones, status changed:", other[:5])
     assert not other'
 
-mkdir -p "$WORK/raw"
-for run in clean quick planted; do
-  for f in regress.json regress.md compat.json compat.md; do
-    cp "$WORK/$run/$f" "$WORK/raw/$run-$f" 2>/dev/null
-  done
-done
-cp "$WORK/clean/compat.md" "$OUT/clean-compat.md" 2>/dev/null
-cp "$WORK/planted/regress.md" "$OUT/planted-regress.md" 2>/dev/null
-tar -czf "$OUT/raw.tar.gz" -C "$WORK/raw" .
-echo "=== validation exit $status" | tee -a "$LOG"
-exit $status
+end_validation clean quick planted
