@@ -99,7 +99,7 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_self_test_fault_is_reported_as_failure(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--self-test", "--no-training", "--no-memory", "--no-shapes",
+        tmp_path, "--quick", "--self-test", "--no-training", "--no-workloads", "--no-memory", "--no-shapes",
         "--ops", "add", "mul",
     )
     assert code == 0, log  # caught, nothing else failed (issue 12: not the 1 of a real failure)
@@ -121,7 +121,7 @@ def test_env_fault_and_known_failures(tmp_path: Path) -> None:
         "    - {id: fixed, ops: [add], dtypes: [float32], checks: [forward], issue: 2, reason: test}\n"
     )
     common = (
-        "--quick", "--no-training", "--no-memory", "--no-shapes", "--dtypes", "float32",
+        "--quick", "--no-training", "--no-workloads", "--no-memory", "--no-shapes", "--dtypes", "float32",
         "--known-failures", str(known),
     )
     # The environment plants the fault in another op (mm). The known-failures file lists mm, so
