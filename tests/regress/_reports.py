@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from ._device import dtype_supported, synchronize
 from ._parity import (
     DTYPE_NAMES,
+    EXACT,
     LOW_PRECISION,
     PlantedFault,
     Tolerance,
@@ -50,8 +51,6 @@ from ._parity import (
 SECTION = "reports"
 PREFIX = "reports."
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
-# Integer outputs are compared exactly whatever the family's tolerance says.
-EXACT = Tolerance(0.0, 0.0)
 
 # A fault that fires in 4% of runs (pytorch 84138 saw about 4 NaN trials in 100) escapes n
 # runs with probability 0.96^n; at most 1% needs n >= ln(0.01) / ln(0.96) = 112.8.
