@@ -97,6 +97,11 @@ FIGURES: Mapping[str, Figure] = {
         "ci/warmup.py: at the time box the compile gets SIGINT, SIGTERM, then SIGKILL, each "
         "after a grace of GRACE_SECONDS (60 s)"),
     "link": Figure(12, "min", "assumption: linking libtorch_cpu and libtorch_python"),
+    "objcxx_file": Figure(
+        0.15, "min per Objective-C++ file on a cache miss",
+        "assumption: an aten/src/ATen/native/mps .mm file on 4 vCPU; release.yml sets "
+        "CMAKE_OBJCXX_COMPILER_LAUNCHER, so a wheel job misses only where another Python's "
+        "include paths change the command line (counted as misses here, pessimistically)"),
     "repair": Figure(
         11, "min",
         "pytorch PR 181171: delocate-listdeps took ~11 min per wheel; delocate-wheel, which "
@@ -118,6 +123,11 @@ FIGURES: Mapping[str, Figure] = {
         "GitHub docs, 'Dependency caching': 10 GB per repository, least recently used "
         "entries evicted, entries unused for 7 days removed"),
 }
+
+#: Objective-C++ (.mm) files per line: `find . -name '*.mm' | wc -l` in the line's
+#: source tree (2.6.0 from /work/shared/tools/upstream-src); lines without a source tree here
+#: take the largest count known.
+OBJCXX_FILES: Mapping[str, int] = {"2.6.0": 113}
 
 #: How many warm-up jobs (the first and its continuations) release.yml has per line.
 WARMUP_JOBS = 4
@@ -142,6 +152,14 @@ def bulk_compile_minutes(line: ReleaseLine) -> float:
     del line
     scale = figure("peer_vcpus") / figure("runner_vcpus")
     return figure("peer_one_python") * scale * figure("peer_overrun")
+
+
+def objcxx_minutes(line: ReleaseLine) -> float:
+    """A wheel job's Objective-C++ compiles, if every one missed the cache: the line's .mm
+    count (an unpacked official wheel cannot tell it; ``OBJCXX_FILES`` holds the counts read
+    from each line's source tree, or the largest one known for a line not counted yet)."""
+    count = OBJCXX_FILES.get(line.version, max(OBJCXX_FILES.values()))
+    return count * figure("objcxx_file")
 
 
 def python_compile_minutes() -> float:
@@ -183,23 +201,12 @@ def warmup_plan(line: ReleaseLine, timeout_minutes: float = 360) -> WarmupPlan:
     return WarmupPlan(math.ceil(need / box), box * WARMUP_JOBS, need)
 
 
-def companion_per_python(line: ReleaseLine) -> bool:
-    """Whether the line's torchvision wheel is per Python (cpXY) rather than py3-none.
-
-    From 0.29 torchvision builds its extension against torch's stable ABI and tags its
-    wheels py3-none (the official 0.29.x wheels; the catalog's pair_evidence says so).
-    """
-    companion = line.companion
-    if companion is None:
-        return False
-    major, minor = (int(part) for part in companion.version.split(".")[:2])
-    return (major, minor) < (0, 29)
-
-
-def job_minutes(kind: str, line: ReleaseLine | None = None, *, vision: bool = False,
+def job_minutes(kind: str, line: ReleaseLine | None = None, *,
                 timeout_minutes: float = 360) -> float:
     """The modelled minutes of one job of ``kind`` (the release.yml job ids)."""
     if kind == "warmup":
+        # The warm-up's Objective-C++ goes through ccache (CMAKE_OBJCXX_COMPILER_LAUNCHER);
+        # its Metal shaders do not, and the bulk compile's figure covers them.
         return _warmup_overhead(compile_minutes(timeout_minutes) * (WARMUP_JOBS - 1)) + (
             compile_minutes(timeout_minutes))
     if kind == "wheel":
@@ -208,10 +215,11 @@ def job_minutes(kind: str, line: ReleaseLine | None = None, *, vision: bool = Fa
         minutes = (figure("setup") + figure("cleanup") + figure("cache_transfer")
                    + figure("configure") + figure("reconfigure") + bulk_compile_minutes(line) * figure("replay_preprocessed")
                    + python_compile_minutes() + figure("link") + figure("repair")
-                   + figure("verify"))
-        if vision:
-            minutes += figure("torchvision") + figure("repair") + figure("verify")
+                   + figure("verify") + objcxx_minutes(line))
         return minutes
+    if kind == "vision":
+        return (figure("setup") + figure("cleanup") + figure("torchvision") + figure("repair")
+                + figure("verify"))
     if kind in ("test-wheel", "regress-gpu"):
         return figure("test_wheel")
     if kind in ("release", "pages", "attest"):
