@@ -77,12 +77,21 @@ def test_the_plan_prints_each_jobs_budget(capsys: pytest.CaptureFixture[str]) ->
     assert "(runs-on: macos-15-intel; budget " in out
 
 
-def test_a_py3_none_torchvision_adds_to_one_wheel_job_only(catalog: catalog_module.Catalog) -> None:
+def test_torchvision_is_budgeted_in_its_own_jobs(catalog: catalog_module.Catalog) -> None:
     result = plan.make_plan(RELEASE, catalog, tag="v2.14.1-1")
-    minutes = {run.name: run.budget_minutes for run in plan.job(result, "wheel").runs}
-    newest = catalog.line("2.14.1").python[-1]
-    with_vision = {name for name, value in minutes.items() if value == max(minutes.values())}
-    assert with_vision == {f"wheel 2.14.1 / Python {newest}"}
+    wheel = {run.budget_minutes for run in plan.job(result, "wheel").runs}
+    assert wheel == {budget.job_minutes("wheel", catalog.line("2.14.1"))}
+    vision = plan.job(result, "vision").runs
+    # 0.29.1's official wheels are per Python: one torchvision job per Python.
+    assert len(vision) == len(catalog.line("2.14.1").python)
+    assert {run.budget_minutes for run in vision} == {budget.job_minutes("vision")}
+
+
+def test_the_wheel_model_counts_the_objective_cxx_files() -> None:
+    # Counted in the 2.6.0 source tree: `find . -name '*.mm' | wc -l`.
+    line = catalog_module.load().line("2.6.0")
+    assert budget.objcxx_minutes(line) == budget.OBJCXX_FILES["2.6.0"] * budget.figure("objcxx_file")
+    assert budget.OBJCXX_FILES["2.6.0"] > 0
 
 
 def test_the_docs_quote_the_model_as_it_is() -> None:
