@@ -26,7 +26,7 @@ def run_matrix(args: argparse.Namespace) -> int:
                                        pythons=args.pythons, refresh=args.event == "schedule")
     if args.kind == "all":
         document: dict[str, Any] = matrix_module.all_matrices(
-            catalog, lines, matrix_module.read_draft(args.draft))
+            catalog, lines, args.tag or None, matrix_module.read_draft(args.draft))
     else:
         document = matrix_module.matrix(catalog, args.kind, lines)
     if args.github_output:

@@ -1,25 +1,22 @@
-"""A release is whole, or a draft: the tag's GitHub Release between runs.
+"""A tag's draft release between runs: what it holds, and adding to it without replacing.
 
-The ``release`` job of release.yml adds each run's tested wheels to the tag's **draft** and
-publishes it only when it holds every wheel the tag stands for (every Python of every line,
-torch and torchvision), or when a maintainer leaves the missing ones out on purpose:
+The ``release`` job of release.yml adds each run's tested wheels to the tag's **draft**;
+``ci/release_status.py --publish`` publishes it only when it is whole. This module is the
+part before that:
 
-    python -m intelmac_torch_builder.ci.draft assets  --tag v2.14.1-1 --out draft.json
-    python -m intelmac_torch_builder.ci.draft add     --tag v2.14.1-1 --dir dist
-    python -m intelmac_torch_builder.ci.draft publish --tag v2.14.1-1 [--without 2.14.1/3.14]
+    python -m intelmac_torch_builder.ci.draft assets --tag v2.14.1-1 --out draft.json
+    python -m intelmac_torch_builder.ci.draft add    --tag v2.14.1-1 --dir dist
 
 * ``assets`` (the ``matrix`` job) writes what the draft holds, so that a later run of the tag
-  builds only the (line, Python) pairs it lacks (``matrix --draft draft.json``);
+  builds only the (line, Python) pairs it lacks (``matrix --draft draft.json``; what a pair
+  needs is ``release_status.wanted``);
 * ``add`` creates the draft if there is none and uploads the wheels it lacks. A file the
   draft already holds is never replaced (a rebuilt wheel may differ in its bytes); a
-  published release is never touched;
-* ``publish`` publishes the draft when nothing is missing, or when ``--without`` names
-  exactly what is missing; otherwise it fails, listing what is missing and which button to
-  press.
+  published release is never touched. ``SHA256SUMS`` is rewritten to cover the draft's
+  wheels (a draft is not public).
 
-The decisions are pure functions of the catalog and the draft's asset names and digests
-(``missing``, ``plan_add``, ``publish_decision``), tested here and run by ``make
-ci-simulate``; ``main`` asks ``gh`` for the draft.
+The decisions are pure functions (``pending_pairs``, ``plan_add``, ``sums_text``), tested
+here and run by ``make ci-simulate``; ``main`` asks ``gh`` for the draft.
 """
 
 from __future__ import annotations
@@ -30,58 +27,22 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import catalog as catalog_module
-from ..core.catalog import Catalog, ReleaseLine
+from ..core.catalog import Catalog
 from ..core.errors import BuildError
-from . import matrix
+from . import release_status
 
 SUMS = "SHA256SUMS"
 
 
-@dataclass(frozen=True)
-class Pair:
-    """One (line, Python) of a tag: the torch wheel and its torchvision."""
-
-    version: str
-    python: str
-
-    def __str__(self) -> str:
-        return f"{self.version}/{self.python}"
-
-
-def _cp(python: str) -> str:
-    return "cp" + python.replace(".", "")
-
-
-def wheel_prefixes(catalog: Catalog, line: ReleaseLine, python: str) -> tuple[str, ...]:
-    """The file-name starts of the wheels one (line, Python) publishes."""
-    cp = _cp(python)
-    names = [f"torch-{catalog.wheel_version(line)}-{cp}-{cp}-"]
-    companion = line.companion
-    if companion is not None:
-        tag = f"{cp}-{cp}" if companion.per_python else "py3-none"
-        names.append(f"{companion.name}-{catalog.wheel_version(companion)}-{tag}-")
-    return tuple(names)
-
-
-def expected(catalog: Catalog, tag: str) -> dict[Pair, tuple[str, ...]]:
-    """Every (line, Python) the tag stands for, with its wheels' file-name starts."""
-    versions = matrix.versions_for_tag(catalog, tag).versions
-    return {Pair(line.version, python): wheel_prefixes(catalog, line, python)
-            for line in map(catalog.line, versions) for python in line.python}
-
-
-def missing(wanted: Mapping[Pair, Sequence[str]], names: Iterable[str]) -> list[Pair]:
-    """The pairs some of whose wheels are not among ``names``."""
-    held = list(names)
-    return [pair for pair, prefixes in wanted.items()
-            if not all(any(name.startswith(prefix) and name.endswith(".whl") for name in held)
-                       for prefix in prefixes)]
+def pending_pairs(catalog: Catalog, tag: str, assets: Sequence[str]) -> list[tuple[str, str]]:
+    """The (line, Python) pairs of ``tag`` some of whose wheels the draft's ``assets`` lack."""
+    absent = release_status.missing(release_status.wanted(catalog, tag), assets)
+    return list(dict.fromkeys((want.line, want.python) for want in absent))
 
 
 @dataclass(frozen=True)
@@ -100,43 +61,6 @@ def plan_add(local: Mapping[str, str], remote: Mapping[str, str]) -> AddPlan:
 def sums_text(digests: Mapping[str, str]) -> str:
     """SHA256SUMS of every wheel in the draft, as sha256sum writes it."""
     return "".join(f"{digests[name]}  {name}\n" for name in sorted(digests) if name.endswith(".whl"))
-
-
-def parse_pairs(text: str) -> list[Pair]:
-    """``2.14.1/3.14, 2.14.1/3.13`` as pairs; a bad item is an error that shows the form."""
-    pairs = []
-    for item in (part.strip() for part in text.replace(",", " ").split()):
-        version, slash, python = item.partition("/")
-        if not slash or not version or not python:
-            raise BuildError(f"'{item}' is not <line>/<python> (e.g. 2.14.1/3.14)")
-        pairs.append(Pair(version, python))
-    return pairs
-
-
-@dataclass(frozen=True)
-class Decision:
-    publish: bool
-    message: str
-
-
-def publish_decision(tag: str, gaps: Sequence[Pair], without: Sequence[Pair]) -> Decision:
-    """Publish when nothing is missing, or exactly what is missing is left out on purpose."""
-    listed = ", ".join(map(str, gaps))
-    if not gaps and not without:
-        return Decision(True, f"{tag}: every wheel is in the draft; publishing it.")
-    if set(gaps) == set(without):
-        return Decision(True, f"{tag}: publishing without {listed}, on purpose (publish_without).")
-    if not gaps:
-        return Decision(False, f"{tag}: nothing is missing, but publish_without names "
-                        f"{', '.join(map(str, without))}; run it again without publish_without.")
-    command = (f"gh workflow run release.yml --ref {tag} -f publish_without="
-               + ",".join(map(str, gaps)))
-    return Decision(False, (
-        f"{tag} stays a draft: missing {listed}. Press 'Re-run failed jobs' within 30 days: "
-        "it builds only what failed, from this run's compiler cache and artifacts, and adds "
-        "it to the draft. Later, run the workflow on the tag (Use workflow from → Tags: "
-        f"{tag}); it builds only what the draft lacks. To publish without them on purpose: "
-        f"{command}"))
 
 
 # --- the GitHub side (gh) ------------------------------------------------------------------
@@ -212,26 +136,11 @@ def _cmd_add(repo: str, tag: str, folder: Path) -> int:
     return 0
 
 
-def _cmd_publish(repo: str, tag: str, without: str, catalog: Catalog) -> int:
-    release = read_release(repo, tag)
-    if release.state != "draft":
-        raise BuildError(f"{tag} has no draft to publish (it is {release.state}).")
-    decision = publish_decision(tag, missing(expected(catalog, tag), release.digests),
-                                parse_pairs(without))
-    if not decision.publish:
-        print(f"::error title=Draft kept::{decision.message}")
-        return 1
-    print(decision.message)
-    _gh("release", "edit", tag, "--draft=false")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.draft",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--catalog", type=Path, help="release catalog (default: patches/)")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("assets", "add", "publish"):
+    for name in ("assets", "add"):
         sub = commands.add_parser(name)
         sub.add_argument("--tag", required=True)
         sub.add_argument("--repo", default=None, help="owner/name (default: $GH_REPO)")
@@ -239,8 +148,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.add_argument("--out", type=Path, required=True)
         if name == "add":
             sub.add_argument("--dir", type=Path, required=True)
-        if name == "publish":
-            sub.add_argument("--without", default="", help="<line>/<python>, comma-separated")
     args = parser.parse_args(argv)
     repo = args.repo or os.environ.get("GH_REPO", "")
     try:
@@ -248,9 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BuildError("Give --repo owner/name or set GH_REPO.")
         if args.command == "assets":
             return _cmd_assets(repo, args.tag, args.out)
-        if args.command == "add":
-            return _cmd_add(repo, args.tag, args.dir)
-        return _cmd_publish(repo, args.tag, args.without, catalog_module.load(args.catalog))
+        return _cmd_add(repo, args.tag, args.dir)
     except BuildError as exc:
         print(f"::error::{exc}")
         return exc.exit_code

@@ -201,7 +201,8 @@ def _fetch_fields(line: ReleaseLine) -> dict[str, Any]:
         # Only a workflow_dispatch trial build can reach an unpinned line (tags refuse it).
         "pinned": pinned,
         "fetch_args": "" if pinned else "--trust-on-first-use",
-        "xcode": line.xcode or XCODE_VERSION,
+        # The catalog's choice within the line's range (the preflight accepts the whole range).
+        "xcode": line.xcode.runner if line.xcode is not None else XCODE_VERSION,
         # The artifacts that hand the warm compiler cache from job to job within a run.
         "ccache_artifact": f"ccache-{line.version}",
         "state_artifact": f"warmup-state-{line.version}",
@@ -319,27 +320,26 @@ def read_draft(path: Path | None) -> list[str]:
         raise BuildError(f"{path} is not what ci.draft assets writes ({exc}).") from None
 
 
-def pending_lines(catalog: Catalog, lines: Sequence[ReleaseLine],
+def pending_lines(catalog: Catalog, lines: Sequence[ReleaseLine], tag: str,
                   assets: Sequence[str]) -> tuple[ReleaseLine, ...]:
-    """The lines narrowed to the Pythons whose wheels the draft lacks (lines with none dropped)."""
+    """The lines narrowed to the Pythons whose wheels the tag's draft lacks (lines with none
+    dropped)."""
     from . import draft
 
+    left = draft.pending_pairs(catalog, tag, assets)
     narrowed = []
     for line in lines:
-        wanted = {draft.Pair(line.version, python): draft.wheel_prefixes(catalog, line, python)
-                  for python in line.python}
-        left = {pair.python for pair in draft.missing(wanted, assets)}
-        if left:
-            narrowed.append(dataclasses.replace(
-                line, python=tuple(python for python in line.python if python in left)))
+        pythons = tuple(python for python in line.python if (line.version, python) in left)
+        if pythons:
+            narrowed.append(dataclasses.replace(line, python=pythons))
     return tuple(narrowed)
 
 
-def all_matrices(catalog: Catalog, lines: Sequence[ReleaseLine],
+def all_matrices(catalog: Catalog, lines: Sequence[ReleaseLine], tag: str | None = None,
                  assets: Sequence[str] = ()) -> dict[str, Any]:
-    """Every kind at once, plus the selected versions, for one job output per kind; with a
-    draft's ``assets``, only the pairs it lacks, and ``pending`` false when it lacks none."""
-    left = pending_lines(catalog, lines, assets) if assets else tuple(lines)
+    """Every kind at once, plus the selected versions, for one job output per kind; with the
+    tag's draft's ``assets``, only the pairs it lacks, and ``pending`` false when it lacks none."""
+    left = pending_lines(catalog, lines, tag, assets) if tag and assets else tuple(lines)
     result: dict[str, Any] = ({kind: matrix(catalog, kind, left) for kind in KINDS} if left
                               else {kind: {"include": []} for kind in KINDS})
     result["versions"] = [line.version for line in lines]

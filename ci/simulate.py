@@ -37,7 +37,6 @@ import argparse
 import fnmatch
 import json
 import re
-import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +47,7 @@ from typing import Any
 from ..core import catalog as catalog_module
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
-from . import budget, draft, expressions, plan, warmup
+from . import budget, draft, expressions, plan, release_status, warmup, wheel_names
 from .expressions import Unknown
 
 RELEASES_DOC = REPO_ROOT / "docs" / "releasing.md"
@@ -246,6 +245,7 @@ class Code:
 
     warmup: Any = warmup
     matrix_step: MatrixStep = plan.run_matrix_step
+    error: type[Exception] = BuildError  # what that code raises for bad input
 
 
 def _with_success(condition: Any) -> str:
@@ -634,7 +634,7 @@ def _cmd_state(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
                 outputs = {"todo": str(bool(todo)).lower()}
             else:
                 raise SimulationError(f"no model of {script[:80]!r}")
-        except BuildError as exc:
+        except (BuildError, sim.code.error) as exc:
             return StepOutcome(False, error=f"{leg.name}: {exc}", env=extra_env)
     return StepOutcome(True, outputs, env=extra_env)
 
@@ -798,7 +798,7 @@ def _cmd_matrix(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[st
                 files: dict[str, Any]) -> StepOutcome:
     try:
         outputs = sim.code.matrix_step(script, sim.catalog, files.get("draft.json", []))
-    except BuildError as exc:
+    except (BuildError, sim.code.error) as exc:
         return StepOutcome(False, error=f"{leg.name}: {exc}")
     assert outputs is not None
     return StepOutcome(True, outputs)
@@ -821,15 +821,27 @@ def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping
     return StepOutcome(True)
 
 
-def _cmd_draft_publish(sim: Simulator, run: Run, leg: Leg, script: str,
-                       env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+def _cmd_release_status(sim: Simulator, run: Run, leg: Leg, script: str,
+                        env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+    """ci/release_status.py --publish: publish the draft only when whole (its own functions)."""
     tag = run.tag or ""
     release = sim.world.releases[tag]
-    gaps = draft.missing(draft.expected(sim.catalog, tag), release.assets)
-    decision = draft.publish_decision(tag, gaps, draft.parse_pairs(env.get("PUBLISH_WITHOUT", "")))
-    if not decision.publish:
-        return StepOutcome(False, error=f"{leg.name}: {decision.message}")
+    wants = release_status.wanted(sim.catalog, tag)
+    absent = release_status.missing(wants, sorted(release.assets))
+    if absent:
+        text = release_status.report(tag, wants, absent, [*release.assets, "SHA256SUMS"])
+        return StepOutcome(False, error=f"{leg.name}: {text}\n{release_status._how_to_finish(tag)}")
     release.draft = False
+    return StepOutcome(True)
+
+
+def _cmd_wheel_names(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                     files: dict[str, Any]) -> StepOutcome:
+    """ci/wheel_names.py: the tag's build number in the wheels' names (its own function)."""
+    build = wheel_names.build_tag(run.tag or "")
+    for key in [k for k in files if k.startswith("dist/") and k.endswith(".whl")]:
+        renamed = "dist/" + wheel_names.with_build_tag(key.split("/", 1)[1], build)
+        files[renamed] = files.pop(key)
     return StepOutcome(True)
 
 
@@ -891,7 +903,7 @@ def _cmd_prune(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
 def _cmd_say(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
              files: dict[str, Any]) -> StepOutcome:
     """An echo of an ::error:: or ::notice:: annotation: its text is what the maintainer reads."""
-    match = re.search(r"::error[^:]*::(.*?)\"?$", script.strip(), re.S)
+    match = re.search(r"::error[^:]*::(.*?)\"?$", script.strip(), re.DOTALL)
     if match:
         return StepOutcome(True, error=f"{leg.name}: {match.group(1)}")
     return StepOutcome(True)
@@ -906,7 +918,8 @@ COMMANDS: tuple[tuple[str, CommandModel], ...] = (
     ("ci.publish_check", _cmd_publish_check),
     ("ci.draft assets", _cmd_draft_assets),
     ("ci.draft add", _cmd_draft_add),
-    ("ci.draft publish", _cmd_draft_publish),
+    ("ci.release_status", _cmd_release_status),
+    ("ci/wheel_names.py", _cmd_wheel_names),
     ("gh release create", _cmd_old_release),
     ("gh release edit", _cmd_old_publish),
     ("gh release view", _cmd_noop),  # the older draft check
@@ -947,9 +960,10 @@ def end_state(sim: Simulator) -> str:
         return "failed, says why" if says else "failed, silently"
     release = _release(sim, last)
     if release is not None and not release.draft:
-        gaps = draft.missing(draft.expected(sim.catalog, last.tag or ""), release.assets)
+        gaps = release_status.missing(release_status.wanted(sim.catalog, last.tag or ""),
+                                      sorted(release.assets))
         if gaps:
-            return "published, incomplete (missing " + ", ".join(map(str, gaps)) + ")"
+            return "published, incomplete (missing " + "; ".join(map(str, gaps)) + ")"
         if sim.world.swapped:
             return "published, replacing published files (" + ", ".join(sim.world.swapped) + ")"
         if any(sim.world.index.get(name) != digest for name, digest in release.assets.items()):

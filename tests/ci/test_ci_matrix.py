@@ -80,22 +80,22 @@ def test_torchvision_has_its_own_jobs_as_the_official_wheels_are_tagged(
 
 def test_a_draft_narrows_the_matrix_to_what_it_lacks(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from intelmac_torch_builder.ci import draft as draft_module
     from intelmac_torch_builder.core import catalog as catalog_module
 
-    catalog = catalog_module.load()
-    line = catalog.line("2.14.1")
-    held = [prefix + "macosx_14_0_x86_64.whl" for python in line.python[:-1]
-            for prefix in draft_module.wheel_prefixes(catalog, line, python)]
+    line = catalog_module.load().line("2.14.1")
+
+    def held(pythons: tuple[str, ...]) -> list[str]:
+        cps = ["cp" + python.replace(".", "") for python in pythons]
+        return [f"{name}-{cp}-{cp}-macosx_14_0_x86_64.whl" for cp in cps
+                for name in ("torch-2.14.1+intelmac", "torchvision-0.29.1+intelmac")]
+
     state = tmp_path / "draft.json"
-    state.write_text(json.dumps({"state": "draft", "assets": held}))
+    state.write_text(json.dumps({"state": "draft", "assets": held(line.python[:-1])}))
     left = cli_matrix(capsys, "--kind", "all", "--tag", "v2.14.1-1", "--draft", str(state))
     assert [e["python"] for e in left["wheel"]["include"]] == [line.python[-1]]
     assert [e["candidates"] for e in left["vision"]["include"]] == [line.python[-1]]
     assert left["pending"] is True and left["versions"] == ["2.14.1"]
-    state.write_text(json.dumps({"state": "draft", "assets": held + [
-        prefix + "macosx_14_0_x86_64.whl"
-        for prefix in draft_module.wheel_prefixes(catalog, line, line.python[-1])]}))
+    state.write_text(json.dumps({"state": "draft", "assets": held(line.python)}))
     whole = cli_matrix(capsys, "--kind", "all", "--tag", "v2.14.1-1", "--draft", str(state))
     assert whole["pending"] is False and whole["wheel"] == {"include": []}
     # No file (a run off a tag): every pair.

@@ -144,7 +144,7 @@ def test_publish_commands_for_a_tag(catalog: catalog_module.Catalog) -> None:
     (release,) = runs_of(result, "release")
     script = "\n".join(commands(release))
     assert script.index('ci.draft add --tag "v2.14.1-2"') < script.index(
-        'ci.draft publish --tag "v2.14.1-2" --without ""')
+        'python -m intelmac_torch_builder.ci.release_status --tag "v2.14.1-2" --publish')
     (pages,) = runs_of(result, "pages")
     assert ('python -m intelmac_torch_builder.ci.publish_index build --releases releases --download-base '
             '"https://github.com/me/intelmac-torch/releases/download" --out site') in commands(pages)

@@ -15,7 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
-from ci_support import REPO, RELEASE, pinned_catalog
+from ci_support import REPO, RELEASE, edit_catalog, pin_everything, pinned_catalog
 from intelmac_torch_builder.core import catalog as catalog_module
 
 from intelmac_torch_builder.ci import simulate
@@ -69,7 +69,7 @@ def _planted(tmp_path: Path, old: str, new: str) -> Path:
     ("schedule-refresh", "(github.event_name == 'schedule' || github.ref_name == github.event.repository.default_branch)) ||",
      "github.ref_name == github.event.repository.default_branch) ||"),
     # Publishing whatever passed: the draft never waits for the missing Python.
-    ("one-python-fails", 'run: python -m intelmac_torch_builder.ci.draft publish --tag "$TAG" --without "$PUBLISH_WITHOUT"',
+    ("one-python-fails", 'run: python -m intelmac_torch_builder.ci.release_status --tag "$TAG" --publish',
      'run: gh release edit "$TAG" --draft=false'),
     # torchvision waiting for every wheel job to succeed: one Python's failure costs them all.
     ("newest-python-fails", "    needs: [matrix, wheel]\n    if: ${{ !cancelled() && needs.matrix.result == 'success' && needs.matrix.outputs.pending == 'true' && github.event_name != 'schedule' }}\n    runs-on: ${{ matrix.runner }}\n    timeout-minutes: 180",
@@ -94,70 +94,69 @@ def test_a_step_without_a_model_is_an_error(tmp_path: Path,
 # --- the commit before issue 33, as it was ------------------------------------------------
 
 
-def _git_show(path: str) -> str | None:
-    if shutil.which("git") is None:
-        return None
-    result = subprocess.run(["git", "show", f"{BEFORE}:{path}"], cwd=REPO, capture_output=True,
-                            text=True, check=False)
-    return result.stdout if result.returncode == 0 else None
-
-
 @pytest.fixture(scope="module")
-def before(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, simulate.Code]:
-    """That commit's release.yml and its ci/ package (plan, matrix, budget, warm-up), importable
-    beside today's, sharing today's core modules."""
+def before(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, types.ModuleType]:
+    """That commit's release.yml, and its package (its core, ci and patches, the catalog
+    with them) importable beside today's as ``intelmac_before``."""
     root = tmp_path_factory.mktemp("before")
-    workflow = _git_show(".github/workflows/release.yml")
-    if workflow is None:
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to read the commit before issue 33")
+    archive = subprocess.run(["git", "archive", BEFORE, "build_scripts", "ci", "patches",
+                              ".github/workflows/release.yml"], cwd=REPO, capture_output=True,
+                             check=False)
+    if archive.returncode != 0:
         pytest.skip(f"this checkout lacks commit {BEFORE[:7]} (a shallow clone): fetch it")
-    (root / "release.yml").write_text(workflow)
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
     package = root / "intelmac_before"
-    (package / "ci").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    names = ("__init__", "_args", "budget", "expressions", "matrix", "plan", "warmup")
-    for name in names:
-        text = _git_show(f"ci/{name}.py")
-        assert text is not None, name
-        (package / "ci" / f"{name}.py").write_text(text)
-    # Today's core stands in for that commit's: its modules, under the old package's name.
-    core = importlib.import_module("intelmac_torch_builder.core")
-    sys.modules["intelmac_before.core"] = core
-    for module_name, module in list(sys.modules.items()):
-        if module_name.startswith("intelmac_torch_builder.core."):
-            sys.modules["intelmac_before.core." + module_name.rsplit(".", 1)[1]] = module
+    (root / "build_scripts").rename(package)
+    (root / "ci").rename(package / "ci")
+    (root / "patches").rename(package / "patches")
     sys.path.insert(0, str(root))
     try:
-        old_plan = importlib.import_module("intelmac_before.ci.plan")
-        old_warmup = importlib.import_module("intelmac_before.ci.warmup")
+        importlib.import_module("intelmac_before.ci.plan")
     finally:
         sys.path.remove(str(root))
-    assert isinstance(old_plan, types.ModuleType)
+    return root / ".github" / "workflows" / "release.yml", package, sys.modules["intelmac_before"]
 
-    def matrix_step(script: str, catalog: catalog_module.Catalog,
+
+def _code_before(package: types.ModuleType, catalog_path: Path | None = None) -> simulate.Code:
+    """That commit's warm-up and matrix step, on its own catalog (pinned, for a 2.15.0 tag)."""
+    old_catalog = importlib.import_module("intelmac_before.core.catalog")
+    old_plan = importlib.import_module("intelmac_before.ci.plan")
+    errors = importlib.import_module("intelmac_before.core.errors")
+    catalog = old_catalog.load(catalog_path)
+
+    def matrix_step(script: str, today: catalog_module.Catalog,
                     draft: object) -> dict[str, str] | None:
         result: dict[str, str] | None = old_plan._run_matrix_step(script, catalog)
         return result
 
-    return root / "release.yml", simulate.Code(warmup=old_warmup, matrix_step=matrix_step)
+    return simulate.Code(warmup=importlib.import_module("intelmac_before.ci.warmup"),
+                         matrix_step=matrix_step, error=errors.BuildError)
 
 
 def test_before_issue_33_every_scenario_ended_otherwise(
-        before: tuple[Path, simulate.Code], catalog: catalog_module.Catalog) -> None:
-    workflow, code = before
-    outcomes = simulate.run_all(workflow, catalog, code=code)
+        before: tuple[Path, Path, types.ModuleType], catalog: catalog_module.Catalog) -> None:
+    workflow, _, package = before
+    # Today's catalog is the world's truth (0.29.1's official wheels are per Python); that
+    # commit's code reads its own catalog, as it did.
+    outcomes = simulate.run_all(workflow, catalog, code=_code_before(package))
     passed = [o.scenario for o in outcomes if o.ok]
     # Seen on that commit: each scenario ends otherwise than docs/releasing.md now says.
     assert passed == [], "\n".join(f"{o.scenario}: {o.state}\n  " + "\n  ".join(o.trace)
                                    for o in outcomes if o.ok)
 
 
-def test_before_issue_33_on_a_py3_none_line(before: tuple[Path, simulate.Code],
+def test_before_issue_33_on_a_py3_none_line(before: tuple[Path, Path, types.ModuleType],
                                             tmp_path: Path) -> None:
     # On 2.15.0, whose torchvision is py3-none as that commit assumed for every 0.29.x, the
     # green tag and a second build after a draft ended as documented then too; every other
-    # scenario did not (2.15.0 pinned here so that a tag may release it).
-    workflow, code = before
-    catalog = catalog_module.load(pinned_catalog(tmp_path))
-    outcomes = simulate.run_all(workflow, catalog, "2.15.0", code=code)
+    # scenario did not (2.15.0 pinned in both catalogs so that a tag may release it).
+    workflow, package_dir, package = before
+    catalog = catalog_module.load(pinned_catalog(tmp_path / "today"))
+    old = tmp_path / "before" / "catalog.yaml"
+    shutil.copytree(package_dir / "patches", old.parent)
+    edit_catalog(old, pin_everything)
+    outcomes = simulate.run_all(workflow, catalog, "2.15.0", code=_code_before(package, old))
     assert [o.scenario for o in outcomes if o.ok] == ["first-tag-green", "second-tag-same-line"]
     assert all(o.ok for o in simulate.run_all(RELEASE, catalog, "2.15.0"))
