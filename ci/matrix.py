@@ -228,6 +228,8 @@ def wheel_entries(catalog: Catalog, line: ReleaseLine) -> list[dict[str, Any]]:
     """One job per Python: that torch wheel from the warm cache, repaired and verified."""
     return [{**_line_fields(catalog, line), **_fetch_fields(line), "python": python,
              "artifact": f"wheels-{line.version}-{python}",
+             # The verify stage's record and wheel, which the torchvision job builds against.
+             "record_artifact": f"torch-build-{line.version}-{python}",
              "logs_artifact": f"logs-{line.version}-{python}"}
             for python in line.python]
 
@@ -250,6 +252,8 @@ def vision_entries(catalog: Catalog, line: ReleaseLine) -> list[dict[str, Any]]:
              "python_versions": "\n".join(pythons),
              "torch_pattern": (f"wheels-{line.version}-{pythons[0]}" if len(pythons) == 1
                                else f"wheels-{line.version}-*"),
+             "record_pattern": (f"torch-build-{line.version}-{pythons[0]}" if len(pythons) == 1
+                                else f"torch-build-{line.version}-*"),
              "artifact": _vision_artifact(line, pythons[0]),
              "logs_artifact": f"logs-vision-{line.version}-{pythons[0] if len(pythons) == 1 else 'all'}"}
             for pythons in groups]

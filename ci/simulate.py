@@ -508,7 +508,9 @@ def _noop(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
 def _upload(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
             files: dict[str, Any]) -> StepOutcome:
     name = with_["name"]
-    payload = _collect(files, with_.get("path", ""))
+    found = _collect(files, with_.get("path", ""))
+    root = _artifact_root(with_.get("path", ""), files)
+    payload = {key[len(root):].lstrip("/") if root else key: value for key, value in found.items()}
     if not payload and with_.get("if-no-files-found", "warn") == "error":
         return StepOutcome(False, error=f"{leg.name}: no files for artifact {name}")
     if not payload:
@@ -535,6 +537,27 @@ def _collect(files: Mapping[str, Any], paths: str) -> dict[str, Any]:
     return found
 
 
+def _artifact_root(paths: str, files: Mapping[str, Any]) -> str:
+    """The folder an artifact's paths are stored relative to (actions/upload-artifact: the
+    least common ancestor of the search paths; a pattern's search path ends before its first
+    wildcard, a single file's is its folder)."""
+    roots = []
+    for path in filter(None, (line.strip() for line in paths.splitlines())):
+        parts = path.rstrip("/").split("/")
+        wild = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), None)
+        if wild is not None:
+            parts = parts[:wild]
+        elif path in files:
+            parts = parts[:-1]
+        roots.append(parts)
+    common: list[str] = []
+    for segments in zip(*roots):
+        if len(set(segments)) != 1:
+            break
+        common.append(segments[0])
+    return "/".join(common)
+
+
 def _download(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
               files: dict[str, Any]) -> StepOutcome:
     world = sim.world
@@ -549,7 +572,7 @@ def _download(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
         found = [a for a in alive if fnmatch.fnmatch(a.name, with_.get("pattern", "*"))]
     for artifact in found:
         for key, value in artifact.payload.items():
-            files[f"{target}/{key.rsplit('/', 1)[-1]}"] = value
+            files[f"{target}/{key}"] = value
     return StepOutcome(True)
 
 
@@ -558,7 +581,7 @@ def _cache_restore(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
     prefixes = [line.strip() for line in with_.get("restore-keys", "").splitlines() if line.strip()]
     entry = sim.world.restore_cache(run.ref, with_["key"], prefixes)
     if entry is not None:
-        files.update({f"{with_['path']}/{k.rsplit('/', 1)[-1]}": v for k, v in entry.payload.items()})
+        files.update(entry.payload)  # the cached paths, where they were saved from
     return StepOutcome(True, {"cache-hit": str(entry is not None and entry.key == with_["key"]).lower()})
 
 
@@ -583,7 +606,7 @@ def _deploy(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
     found = [a for a in sim.world.artifacts if a.run_id == run.run_id and a.name == name]
     if not found:
         return StepOutcome(False, error=f"{leg.name}: no Pages artifact {name}")
-    sim.world.index = dict(found[-1].payload.get("site/index", {}))
+    sim.world.index = dict(found[-1].payload.get("index", {}))  # site/index, relative to site
     return StepOutcome(True)
 
 
@@ -697,7 +720,11 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
     python = re.search(r'PYTHON="?([0-9.]+)', script)
     python_text = python.group(1) if python else env.get("PYTHON", "")
     cp = "cp" + python_text.replace(".", "")
+    record = f"build/{line.version}/dist/{cp}/verified.json"
     if vision_only:
+        if record not in files:  # the companion builds against the verify stage's record
+            return StepOutcome(False, error=f"{leg.name}: No verified wheel for {cp} in "
+                               f"{record}: run the verify stage first")
         if sim.faults.vision_fails >= sim.attempts:
             return StepOutcome(False, error=f"{leg.name}: torchvision's build failed",
                                minutes=budget.job_minutes("vision"))
@@ -712,7 +739,10 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
     if sim.faults.python_fails.get(python_text, 0) >= sim.attempts:
         return StepOutcome(False, error=f"{leg.name}: Python {python_text}'s wheel failed "
                            "its verify stage", minutes=minutes)
-    files[f"wheels/{_wheel_name('torch', catalog.wheel_version(line), f'{cp}-{cp}', platform)}"] = digest
+    torch = _wheel_name('torch', catalog.wheel_version(line), f'{cp}-{cp}', platform)
+    files[f"wheels/{torch}"] = digest
+    files[record] = {"wheel": torch}
+    files[f"build/{line.version}/dist/{cp}/repaired/{torch}"] = digest
     if "TORCH_ONLY=1" not in script and "--torch-only" not in script and line.companion:
         if sim.faults.vision_fails >= sim.attempts:
             return StepOutcome(False, error=f"{leg.name}: torchvision's build failed",

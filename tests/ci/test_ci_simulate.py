@@ -71,6 +71,10 @@ def _planted(tmp_path: Path, old: str, new: str) -> Path:
     # Publishing whatever passed: the draft never waits for the missing Python.
     ("one-python-fails", 'run: python -m intelmac_torch_builder.ci.release_status --tag "$TAG" --publish',
      'run: gh release edit "$TAG" --draft=false'),
+    # The torch build's record downloaded beside, not into, the line's dist/: the companion
+    # build finds no verified torch wheel.
+    ("first-tag-green", "          merge-multiple: true\n          path: build/${{ matrix.version }}/dist\n",
+     "          merge-multiple: true\n          path: build\n"),
     # torchvision waiting for every wheel job to succeed: one Python's failure costs them all.
     ("newest-python-fails", "    needs: [matrix, wheel]\n    if: ${{ !cancelled() && needs.matrix.result == 'success' && needs.matrix.outputs.pending == 'true' && github.event_name != 'schedule' }}\n    runs-on: ${{ matrix.runner }}\n    timeout-minutes: 180",
      "    needs: [matrix, wheel]\n    runs-on: ${{ matrix.runner }}\n    timeout-minutes: 180"),
