@@ -1006,35 +1006,54 @@ def end_state(sim: Simulator) -> str:
 
 # --- the docs' table ------------------------------------------------------------------------
 
-_ROW = re.compile(r"^\|\s*`(?P<name>[a-z0-9-]+)`\s*\|.*\|\s*(?P<state>[^|]+?)\s*\|\s*$")
+_ROW = re.compile(r"^\|\s*`(?P<name>[a-z0-9-]+)`\s*\|")
 
 
-def expected_states(doc: Path = RELEASES_DOC) -> dict[str, str]:
-    """The end state docs/releasing.md gives each scenario (its 'When a release fails' table)."""
+@dataclass(frozen=True)
+class Expected:
+    """A row of docs/releasing.md's table: the end state, and whether the button is pressed."""
+
+    state: str
+    rerun: bool  # its button column names *Re-run failed jobs*
+
+
+def expected_rows(doc: Path = RELEASES_DOC) -> dict[str, Expected]:
+    """The rows docs/releasing.md gives the scenarios (its 'When a release fails' table:
+    scenario | what happens | what the maintainer sees | button | end state)."""
     text = doc.read_text()
     start = text.find("### When a release fails")
     if start < 0:
         raise BuildError(f"{doc} has no 'When a release fails' section with the scenario table.")
-    found: dict[str, str] = {}
+    found: dict[str, Expected] = {}
     for line in text[start:].splitlines()[1:]:
         if line.startswith("#"):
             break
         match = _ROW.match(line)
-        if match and match["state"] in STATES:
-            found[match["name"]] = match["state"]
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if match and len(cells) == 5 and cells[4] in STATES:
+            found[match["name"]] = Expected(cells[4], RERUN_NAMED.search(cells[3]) is not None)
     return found
+
+
+def expected_states(doc: Path = RELEASES_DOC) -> dict[str, str]:
+    return {name: row.state for name, row in expected_rows(doc).items()}
 
 
 @dataclass(frozen=True)
 class Outcome:
     scenario: str
     state: str
-    expected: str | None
+    expected: Expected | None
     trace: tuple[str, ...]
 
     @property
+    def pressed_rerun(self) -> bool:
+        return f"press: {RERUN}" in self.trace
+
+    @property
     def ok(self) -> bool:
-        return self.state == self.expected
+        return (self.expected is not None and self.state == self.expected.state
+                and self.pressed_rerun == self.expected.rerun)
 
 
 def simulate(scenario: Scenario, workflow: Path, catalog: Catalog, version: str,
@@ -1059,7 +1078,7 @@ def simulate(scenario: Scenario, workflow: Path, catalog: Catalog, version: str,
 
 def run_all(workflow: Path, catalog: Catalog, version: str | None = None,
             doc: Path = RELEASES_DOC, code: Code = Code()) -> list[Outcome]:
-    expected = expected_states(doc)
+    expected = expected_rows(doc)
     chosen = version or catalog.default_version
     outcomes = []
     for scenario in SCENARIOS:
@@ -1090,7 +1109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     width = max(len(outcome.scenario) for outcome in outcomes)
     for outcome in outcomes:
         mark = "ok  " if outcome.ok else "FAIL"
-        wanted = "" if outcome.ok else f"   (docs/releasing.md: {outcome.expected or 'no row'})"
+        row = outcome.expected
+        wanted = "" if outcome.ok else (
+            "   (docs/releasing.md: " + (f"{row.state}, button: "
+                                          f"{RERUN if row.rerun else 'none pressed'}" if row else "no row")
+            + f"; pressed: {RERUN if outcome.pressed_rerun else 'none'})")
         print(f"{mark} {outcome.scenario:<{width}}  {outcome.state}{wanted}")
         if args.verbose or not outcome.ok:
             for line in outcome.trace:

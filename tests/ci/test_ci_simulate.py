@@ -50,7 +50,18 @@ def test_a_table_that_says_otherwise_fails(tmp_path: Path,
     doc.write_text(text.replace(row, row.replace("| draft, resumable |", "| published |")))
     assert simulate.main(["--doc", str(doc)]) == 1
     out = capsys.readouterr().out
-    assert "FAIL newest-python-fails" in out and "(docs/releasing.md: published)" in out
+    assert "FAIL newest-python-fails" in out and "(docs/releasing.md: published, button:" in out
+
+
+def test_a_table_whose_button_was_not_pressed_fails(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # The button column is checked too: first-tag-green needs none, so naming one fails.
+    doc = tmp_path / "releasing.md"
+    text = simulate.RELEASES_DOC.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `first-tag-green`"))
+    doc.write_text(text.replace(row, row.replace("| none |", "| *Re-run failed jobs* |")))
+    assert simulate.main(["--doc", str(doc)]) == 1
+    assert "FAIL first-tag-green" in capsys.readouterr().out
 
 
 def _planted(tmp_path: Path, old: str, new: str) -> Path:
