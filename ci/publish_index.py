@@ -214,7 +214,8 @@ def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
         raise
 
 
-def _gh(*args: str) -> str:
+def gh(*args: str) -> str:
+    """``gh``'s output; a BuildError with its message when it fails."""
     result = subprocess.run(["gh", *args], check=False, capture_output=True, text=True)
     if result.returncode != 0:
         raise BuildError(f"gh {' '.join(args)} failed: {(result.stderr or result.stdout).strip()}")
@@ -223,7 +224,7 @@ def _gh(*args: str) -> str:
 
 def published_tags() -> list[str]:
     """Our published releases' tags, oldest first (needs gh, GH_REPO)."""
-    listing = json.loads(_gh("release", "list", "--limit", "1000", "--json",
+    listing = json.loads(gh("release", "list", "--limit", "1000", "--json",
                              "tagName,isDraft,publishedAt"))
     published = [item for item in listing if not item["isDraft"] and TAG.match(item["tagName"])]
     published.sort(key=lambda item: item["publishedAt"])

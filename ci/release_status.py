@@ -18,7 +18,6 @@ published on purpose), 1 something missing (or an error), 2 bad arguments.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from packaging.version import Version
 from ..core import catalog as catalog_module
 from ..core.catalog import Catalog
 from ..core.errors import BuildError
-from . import matrix, publish_check
+from . import matrix, publish_check, publish_index
 
 
 @dataclass(frozen=True)
@@ -102,14 +101,6 @@ def _release(tag: str) -> tuple[bool, list[str]] | None:
     return bool(found.get("isDraft")), [str(asset["name"]) for asset in found.get("assets", [])]
 
 
-def _publish(tag: str) -> None:
-    result = subprocess.run(["gh", "release", "edit", tag, "--draft=false"],
-                            capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise BuildError(f"gh release edit {tag} --draft=false failed: "
-                         f"{(result.stderr or result.stdout).strip()}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.release_status",
                                      description=__doc__.split("\n\n")[0])
@@ -155,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"::error title=No SHA256SUMS::{args.tag} has no SHA256SUMS; the index "
                   "cannot list its wheels. Re-run the release job.")
             return 1
-        _publish(args.tag)
+        publish_index.gh("release", "edit", args.tag, "--draft=false")
         if absent:
             print(f"::warning title=Published a subset::{args.tag} was published without: "
                   + "; ".join(str(want) for want in absent))

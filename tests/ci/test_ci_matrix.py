@@ -142,6 +142,14 @@ def test_runners_labels_and_line_fields(capsys: pytest.CaptureFixture[str]) -> N
         assert entry["wheel_version"] == f"{line.version}+{catalog.local_label}"
         major, minor = line.macos_deployment_target.split(".")
         assert entry["platform_tag"] == f"macosx_{major}_{minor}_x86_64"
+    # The Xcode the compiling jobs select is the catalog's runner choice, inside the range
+    # the preflight accepts.
+    compiling = [entry for kind in ("build", "wheel") for entry in everything[kind]["include"]]
+    assert compiling
+    for entry in compiling:
+        line = catalog.line(entry["version"])
+        assert line.xcode is not None and entry["xcode"] == line.xcode.runner
+        assert line.xcode.admits(entry["xcode"])
     for entry in everything["verify"]["include"]:
         assert entry["runner"].startswith("ubuntu-")
     for entry in everything["regress"]["include"]:
