@@ -42,26 +42,23 @@ def test_cli_prints_one_line_per_scenario(capsys: pytest.CaptureFixture[str]) ->
     assert all(line.startswith("ok ") for line in lines)
 
 
-def test_a_table_that_says_otherwise_fails(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("scenario", "cell", "changed", "says"), [
+    # The end state column.
+    ("newest-python-fails", "| draft, resumable |", "| published |",
+     "(docs/releasing.md: published, button:"),
+    # The button column: first-tag-green needs none, so naming one fails.
+    ("first-tag-green", "| none |", "| *Re-run failed jobs* |", "pressed: none"),
+])
+def test_a_table_that_says_otherwise_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           scenario: str, cell: str, changed: str,
+                                           says: str) -> None:
     doc = tmp_path / "releasing.md"
     text = simulate.RELEASES_DOC.read_text()
-    row = next(line for line in text.splitlines() if line.startswith("| `newest-python-fails`"))
-    doc.write_text(text.replace(row, row.replace("| draft, resumable |", "| published |")))
+    row = next(line for line in text.splitlines() if line.startswith(f"| `{scenario}`"))
+    doc.write_text(text.replace(row, row.replace(cell, changed)))
     assert simulate.main(["--doc", str(doc)]) == 1
     out = capsys.readouterr().out
-    assert "FAIL newest-python-fails" in out and "(docs/releasing.md: published, button:" in out
-
-
-def test_a_table_whose_button_was_not_pressed_fails(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    # The button column is checked too: first-tag-green needs none, so naming one fails.
-    doc = tmp_path / "releasing.md"
-    text = simulate.RELEASES_DOC.read_text()
-    row = next(line for line in text.splitlines() if line.startswith("| `first-tag-green`"))
-    doc.write_text(text.replace(row, row.replace("| none |", "| *Re-run failed jobs* |")))
-    assert simulate.main(["--doc", str(doc)]) == 1
-    assert "FAIL first-tag-green" in capsys.readouterr().out
+    assert f"FAIL {scenario}" in out and says in out
 
 
 def _planted(tmp_path: Path, old: str, new: str) -> Path:
