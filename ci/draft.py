@@ -25,7 +25,6 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any
 from ..core.catalog import Catalog
 from ..core.errors import BuildError
 from . import release_status
+from .publish_index import gh
 
 SUMS = "SHA256SUMS"
 
@@ -66,13 +66,6 @@ def sums_text(digests: Mapping[str, str]) -> str:
 # --- the GitHub side (gh) ------------------------------------------------------------------
 
 
-def _gh(*args: str) -> str:
-    result = subprocess.run(["gh", *args], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise BuildError(f"gh {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout
-
-
 @dataclass(frozen=True)
 class Release:
     state: str  # "none", "draft" or "published"
@@ -82,7 +75,7 @@ class Release:
 def read_release(repo: str, tag: str) -> Release:
     """The tag's release from the REST API (a draft is found only by listing)."""
     listed: list[dict[str, Any]] = json.loads(
-        _gh("api", "--paginate", "--slurp", f"repos/{repo}/releases") or "[]")
+        gh("api", "--paginate", "--slurp", f"repos/{repo}/releases") or "[]")
     for page in listed:
         for release in page if isinstance(page, list) else [page]:
             if release.get("tag_name") == tag:
@@ -112,7 +105,7 @@ def _cmd_add(repo: str, tag: str, folder: Path) -> int:
     if release.state == "published":
         raise BuildError(f"Release {tag} is already published; nothing is added to it.")
     if release.state == "none":
-        _gh("release", "create", tag, "--draft", "--verify-tag", "--title", tag, "--notes",
+        gh("release", "create", tag, "--draft", "--verify-tag", "--title", tag, "--notes",
             "Patched PyTorch wheels for Intel Macs (torch.backends.mps.allow_intel_gpu). "
             f"Checksums: {SUMS}. Provenance: gh attestation verify <wheel> --repo {repo}.")
     local = _local_digests(folder)
@@ -121,12 +114,12 @@ def _cmd_add(repo: str, tag: str, folder: Path) -> int:
         print(f"::notice title=Kept::{name} is in the draft already (other bytes); the draft's "
               "copy stays, as it was tested with the wheels beside it.")
     if plan.upload:
-        _gh("release", "upload", tag, *(str(folder / name) for name in plan.upload))
+        gh("release", "upload", tag, *(str(folder / name) for name in plan.upload))
     digests = {**{name: local[name] for name in plan.upload}, **release.digests}
     sums = folder / SUMS
     sums.write_text(sums_text(digests))
     # SHA256SUMS covers the draft's wheels; a draft is not public, so it may be rewritten.
-    _gh("release", "upload", tag, str(sums), "--clobber")
+    gh("release", "upload", tag, str(sums), "--clobber")
     check = read_release(repo, tag)
     wrong = [name for name, digest in digests.items() if check.digests.get(name) != digest]
     if wrong:

@@ -19,6 +19,7 @@ over 2 GB of disk (the four unpacked wheels alone are 1.8 GB).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shutil
 import subprocess
@@ -120,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         print(fetch_wheel(version, args.cache))
     print(fetch_source(args.source_line, args.cache, catalog))
     print(fetch_companion_archive(args.source_line, args.cache, catalog))
-    from ..ci import companion_tags
-
+    # ci/ is the package's release-CI part, beside build_scripts/ in a checkout.
+    companion_tags = importlib.import_module("..ci.companion_tags", __package__)
     for name in sorted({c.name for c in catalog_mod.load(args.catalog).companions()}):
         try:
             print(companion_tags.fetch(name, args.cache / "simple-json"))
