@@ -58,7 +58,7 @@ def memory_limit(device: Optional[MPSDeviceInfo] = None) -> Optional[Dict[str, A
         except ValueError:
             return {"ratio": None, "limit_bytes": None, "source": f"{HIGH_WATERMARK_ENV}={raw!r} is not a number"}
     elif is_intel_gpu(device):
-        ratio, source = INTEL_HIGH_WATERMARK_RATIO, "the default on an Intel GPU (its working set)"
+        ratio, source = INTEL_HIGH_WATERMARK_RATIO, "the Intel GPU default"
     else:
         ratio, source = UPSTREAM_HIGH_WATERMARK_RATIO, "PyTorch's default"
     limit = None if ratio == 0.0 else int(ratio * device.recommended_working_set_size)
