@@ -106,7 +106,13 @@ def load(path: Path | None = None) -> dict[str, NativePackage]:
         jsonschema.validate(document, load_schema("native.schema.json"))
     except jsonschema.ValidationError as exc:
         field = ".".join(str(part) for part in exc.absolute_path) or "(top level)"
-        raise CatalogError(f"{path}: field '{field}': {exc.message}") from None
+        message = exc.message
+        if exc.validator == "oneOf":  # the one schema message that names no field
+            message = (
+                "give either 'url' (a file downloaded as is) or 'wheel' (a wheel pip fetches "
+                "from its configured index), not both; 'links' and 'omit' go with 'wheel' only"
+            )
+        raise CatalogError(f"{path}: field '{field}': {message}") from None
     packages = {}
     for name, raw in (document.get("packages") or {}).items():
         package = NativePackage(name=name, **{**raw, "omit": tuple(raw.get("omit", ()))})
