@@ -128,7 +128,7 @@ def load(path: Path | None = None) -> dict[str, NativePackage]:
 
 
 def _check_wheel_pin(path: Path, package: NativePackage) -> None:
-    """A wheel pin names one file of its own version, for one platform, without a build tag.
+    """A wheel pin names one file of its own version, for one platform.
 
     pip is asked for ``project==version`` on the wheel's platform; the sha256 makes it that
     one file, so the pin must not describe another one.
@@ -136,11 +136,13 @@ def _check_wheel_pin(path: Path, package: NativePackage) -> None:
     assert package.wheel is not None
     where = f"{path}: package '{package.name}': wheel {package.wheel}"
     try:
-        _, version, build, tags = parse_wheel_filename(package.wheel)
+        _, version, _, tags = parse_wheel_filename(package.wheel)
     except InvalidWheelFilename as exc:
         raise CatalogError(f"{where} is not a wheel's file name ({exc}).") from None
     if str(version) != package.version:
-        raise CatalogError(f"{where} is version {version}, but its 'version' says {package.version}.")
+        raise CatalogError(
+            f"{where} is version {version}, but its 'version' says {package.version}."
+        )
     if len({tag.platform for tag in tags}) != 1:
         raise CatalogError(f"{where} names several platforms; pin the osx-64 file alone.")
 
@@ -208,7 +210,7 @@ def _extract_tar(archive: Path, staging: Path) -> None:
 
 def _extract_wheel(package: NativePackage, archive: Path, staging: Path) -> None:
     """The wheel's ``cmeel.prefix/`` as the prefix, less ``omit``, with ``links`` made links."""
-    found = 0
+    found, left_out = 0, set[str]()
     with zipfile.ZipFile(archive) as wheel:
         for info in wheel.infolist():
             parts = PurePosixPath(info.filename).parts
@@ -216,8 +218,11 @@ def _extract_wheel(package: NativePackage, archive: Path, staging: Path) -> None
                 continue  # the dist-info (metadata, RECORD) is pip's, not the prefix's
             inside = PurePosixPath(*parts[1:])
             if ".." in inside.parts or info.filename.startswith("/"):
-                raise BuildError(f"{archive.name}: member {info.filename!r} climbs out of the prefix.")
+                raise BuildError(
+                    f"{archive.name}: member {info.filename!r} climbs out of the prefix."
+                )
             if str(inside) in package.omit:
+                left_out.add(str(inside))
                 continue
             target = staging / inside
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -230,6 +235,13 @@ def _extract_wheel(package: NativePackage, archive: Path, staging: Path) -> None
         raise BuildError(
             f"{archive.name} holds no {WHEEL_PREFIX}/ folder: it is not a cmeel wheel of a CMake "
             "install tree, the one wheel layout this tool unpacks. Check native.yaml's entry."
+        )
+    absent = sorted(set(package.omit) - left_out)
+    if absent:
+        raise BuildError(
+            f"{archive.name}: native.yaml's omit names {', '.join(absent)}, which the "
+            f"wheel's {WHEEL_PREFIX}/ does not hold. Correct the entry from what the wheel "
+            "holds (unzip -l)."
         )
     for alias, original in (package.links or {}).items():
         _relink(staging, alias, original, archive.name)
@@ -419,4 +431,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.set_defaults(func=_list)
     for sub in (fetch, listing):
         sub.add_argument("--pins", type=Path, default=None, help=argparse.SUPPRESS)
-

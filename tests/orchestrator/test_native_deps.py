@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 import zstandard
-from orch_index import make_wheel, serve_index, write_simple
-from orch_server import FileServer
-
 from intelmac_torch_builder.cli import main
 from intelmac_torch_builder.core import native_deps
 from intelmac_torch_builder.core.errors import CatalogError
+from orch_index import make_wheel, serve_index, write_simple
+from orch_server import FileServer
 
 FILES = {"lib/libomp.dylib": b"\xcf\xfa\xed\xfe fake dylib", "include/omp.h": b"#define OMP 1\n"}
 
@@ -153,15 +152,20 @@ def test_a_wheel_pip_cannot_find_says_where_to_look(
     assert not list(cache.glob("openmp-*"))
 
 
-def test_wrong_links_stop_the_unpack_and_keep_no_prefix(
-    tmp_path: Path, index: tuple[FileServer, Path], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("links", {"lib/libomp.dylib": "omp.h"}, "links say cmeel.prefix/lib/libomp.dylib is a copy of omp.h"),
+    ("omit", ["lib/libgomp.1.dylib"], "omit names lib/libgomp.1.dylib, which the wheel's"),
+])  # fmt: skip
+def test_links_or_omit_the_wheel_belies_stop_the_unpack_and_keep_no_prefix(
+    tmp_path: Path, index: tuple[FileServer, Path], capsys: pytest.CaptureFixture[str],
+    field: str, value: object, says: str,
 ) -> None:
     _, wheel = index
     raw = wheel_entry(wheel, wheel.read_bytes())
-    raw["links"] = {"lib/libomp.dylib": "omp.h"}
+    raw[field] = value
     code, cache, _ = _fetch_wheel(tmp_path, raw)
     assert code == 1
-    assert "links say cmeel.prefix/lib/libomp.dylib is a copy of omp.h" in capsys.readouterr().err
+    assert says in capsys.readouterr().err
     assert not [p for p in cache.iterdir() if p.name.startswith(("openmp-", ".openmp-"))
                 and not p.name.endswith((".lock", ".owner"))]  # fmt: skip
 
