@@ -41,7 +41,7 @@ REPORTS ?= reports
 SRC ?=
 TAG ?=
 
-.PHONY: help build test test-torch upstream-material regress bench check-upstream ci-plan lint clean
+.PHONY: help build test test-torch upstream-material rehearse regress bench check-upstream ci-plan lint clean
 
 help:
 	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
@@ -49,6 +49,7 @@ help:
 	@echo "make test                    run the project's tests"
 	@echo "make -s test-torch           the pip arguments of the torch make test installs here"
 	@echo "make upstream-material       fetch the real upstream files the skipped tests need"
+	@echo "make rehearse [VERSION=...]  repair, verify, index and install on each line's official wheels"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
 	@echo "make check-upstream SRC=...  apply the series to a real upstream tree or unpacked wheel"
@@ -123,9 +124,16 @@ bench: $(TORCH_STAMP)
 
 # The real upstream material some tests check the series against (without it they skip and
 # say so): each line's official wheel, the 2.6.0 source tree and its torchvision archive, in
-# ~/.cache/pytorch-upstream. Needs the network (the package index and GitHub) and over 2 GB.
+# ~/.cache/pytorch-upstream; and the official wheels the rehearsal's test runs on. Needs the network (the package index and GitHub) and over 2 GB.
 upstream-material: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder.maint.upstream_material
+	$(PY) -m intelmac_torch_builder rehearse --fetch-only
+
+# The dress rehearsal: every stage after the compile (repair, verify, index, pip resolving the
+# install command) on each line's official upstream wheels, shaped as our build leaves them
+# (docs/building.md says what it proves). Fetches them once into ~/.cache/pytorch-upstream.
+rehearse: $(VENV)/.stamp
+	$(PY) -m intelmac_torch_builder rehearse $(if $(VERSION),--torch $(VERSION))
 
 check-upstream: $(VENV)/.stamp
 	@test -n "$(SRC)" || { echo "usage: make check-upstream SRC=<source tree or unpacked wheel> [VERSION=x.y.z]"; exit 2; }
