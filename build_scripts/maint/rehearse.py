@@ -91,7 +91,7 @@ class Rehearsal:
         """A step whose BuildError is its FAIL line (the rehearsal goes on with the next line)."""
         try:
             yield
-        except (BuildError, patching.PatchConflict, OSError, ValueError) as exc:
+        except (BuildError, OSError, ValueError) as exc:
             self.say(subject, stage, check, "FAIL", str(exc).replace("\n", " "))
             raise _Stop from None
 
