@@ -40,8 +40,9 @@ DEVICE ?=
 REPORTS ?= reports
 SRC ?=
 TAG ?=
+EVENT ?=
 
-.PHONY: help build test test-torch upstream-material rehearse regress bench check-upstream ci-plan lint clean
+.PHONY: help build test test-torch upstream-material rehearse regress bench check-upstream ci-plan ci-simulate lint clean
 
 help:
 	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
@@ -53,7 +54,9 @@ help:
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
 	@echo "make check-upstream SRC=...  apply the series to a real upstream tree or unpacked wheel"
-	@echo "make ci-plan [TAG=v2.15.0-1] the release workflow's job graph and commands"
+	@echo "make ci-plan [TAG=v2.15.0-1] [EVENT=schedule|workflow_dispatch|push]"
+	@echo "                             the release workflow's job graph and commands"
+	@echo "make ci-simulate             the release workflow through the ways a release fails"
 
 # setuptools' artefacts of the editable install (the egg-info it writes beside pyproject.toml)
 # go to .cache/setuptools, which .gitignore ignores and make clean removes, so that the
@@ -140,7 +143,12 @@ check-upstream: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder check-upstream $(SRC) $(if $(VERSION),--torch $(VERSION))
 
 ci-plan: $(VENV)/.stamp
-	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG))
+	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG)) $(if $(EVENT),--event $(EVENT))
+
+# The release workflow's job graph (as ci-plan derives it) through the ways a release fails,
+# with GitHub's documented semantics; each scenario must end as docs/releasing.md says.
+ci-simulate: $(VENV)/.stamp
+	$(PY) -m intelmac_torch_builder.ci.simulate
 
 clean:
 	rm -rf $(VENV) build .cache $(REPORTS) .pytest_cache .mypy_cache .ruff_cache

@@ -136,3 +136,16 @@ def test_bad_pins_name_the_field(tmp_path: Path, field: str, value: str, says: s
 def test_the_repository_pins_load() -> None:
     for package in native_deps.load().values():
         assert package.url.startswith("https://"), package
+
+
+def test_the_release_cache_key_reads_the_openmp_pin() -> None:
+    """release.yml keys the compiler cache on `grep -A 3 '^  llvm-openmp:'` of native.yaml:
+    those three lines must be the pin itself, so a new pin never reuses old objects."""
+    repo = Path(__file__).resolve().parents[2]
+    workflow = (repo / ".github" / "workflows" / "release.yml").read_text()
+    assert "grep -A 3 '^  llvm-openmp:' patches/toolchain/native.yaml" in workflow
+    lines = (repo / "patches" / "toolchain" / "native.yaml").read_text().splitlines()
+    after = lines[lines.index("  llvm-openmp:") + 1 :][:3]
+    package = native_deps.load()["llvm-openmp"]
+    assert [line.split(":", 1)[0].strip() for line in after] == ["version", "url", "sha256"]
+    assert package.version in after[0] and package.url in after[1] and package.sha256 in after[2]

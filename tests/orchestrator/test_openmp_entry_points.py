@@ -1,7 +1,8 @@
 """The pinned libomp exports every OpenMP entry point the torch build's compiler calls.
 
-Apple clang 17 (Xcode 16.3 to 26.x, every line's Xcode) has LLVM 19's front end: the clang 19
-diagnostic behind patch 2.6.0/0010 (pytorch issue 151316) shows on it. So Debian's clang 19
+Apple clang 17 (Xcode 16.3 and later: the runner Xcode of every line, 16.4 and 26.2) has LLVM
+19's front end: the clang 19 diagnostic behind patch 2.6.0/0010 (pytorch issue 151316) shows
+on it. So Debian's clang 19
 compiles openmp_constructs.c (each construct the build's sources use) for macOS x86_64 here,
 and every ``__kmpc_*`` the object calls, together with those upstream's last x86_64
 libtorch_cpu (2.2.2: oneDNN's, FBGEMM's and MKL's glue) calls, must be exported by the pinned
