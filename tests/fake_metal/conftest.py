@@ -72,7 +72,9 @@ def _python_layer(line: str, series: Sequence[Path], dest: Path) -> Path:
 
 
 #: Upstream Python files (exact in every wheel) that the series hooks outside torch/backends/mps.
-UPSTREAM_PYTHON = ("torch/utils/data/dataloader.py", "torch/mps/streams.py")
+UPSTREAM_PYTHON = ("torch/utils/data/dataloader.py", "torch/mps/streams.py",
+                   # the whole package: its __init__.py (hooked on 2.15.0) imports its siblings
+                   *(f"torch/accelerator/{name}.py" for name in ("__init__", "_utils", "graphs", "memory", "random")))
 
 
 def _upstream_python(line: str, series: Sequence[Path], dest: Path) -> Path:

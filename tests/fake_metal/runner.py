@@ -36,11 +36,13 @@ ENV_NAMES = ("PYTORCH_MPS_ALLOW_INTEL_GPU", "PYTORCH_MPS_DEVICE", "PYTORCH_MPS_H
 def _upstream_module(build: dict[str, Any], path: str, name: str) -> Any:
     """The line's own upstream Python file (conftest.UPSTREAM_PYTHON, the series applied),
     loaded under ``name`` inside the test torch's package (its relative imports resolve
-    there); None when the line has no such file."""
+    there; a package's ``__init__.py`` imports its own copied siblings); None when the line
+    has no such file."""
     source = Path(build["upstream_python"]) / path
     if not source.is_file():
         return None
-    spec = importlib.util.spec_from_file_location(name, source)
+    package = [str(source.parent)] if source.name == "__init__.py" else None
+    spec = importlib.util.spec_from_file_location(name, source, submodule_search_locations=package)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -78,6 +80,26 @@ def _stream_step(build: dict[str, Any], step: str) -> str:
             return "allowed"
         raise
     return "allowed"
+
+
+def _accelerator_set_stream(build: dict[str, Any], stream_id: int) -> str:
+    """torch.accelerator.set_stream() of an MPS stream (what torch.Stream("mps") makes),
+    through the line's own torch/accelerator/__init__.py: "allowed" when it reached
+    torch._C._accelerator_setStream (recorded here: a CPU torch has no MPS stream to set).
+    Refusals raise."""
+    import torch
+
+    module = _upstream_module(build, "torch/accelerator/__init__.py", "torch._intelmac_accelerator")
+    if module is None:
+        return "no torch.accelerator on this line"
+    reached: list[Any] = []
+    real = torch._C._accelerator_setStream
+    torch._C._accelerator_setStream = reached.append
+    try:
+        module.set_stream(type("S", (), {"stream_id": stream_id, "device": torch.device("mps")})())
+    finally:
+        torch._C._accelerator_setStream = real
+    return "allowed" if reached else "not reached"
 
 
 def _install_layer(layer: Path) -> Any:
@@ -200,6 +222,8 @@ def _run(loaded: Loaded, scenario: dict[str, Any]) -> dict[str, Any]:
                     record["value"] = _data_loader_pins(loaded.build)
                 elif step.startswith(("stream=", "set_stream=")):
                     record["value"] = _stream_step(loaded.build, step)
+                elif step.startswith("accelerator_set_stream="):
+                    record["value"] = _accelerator_set_stream(loaded.build, int(step.partition("=")[2]))
                 elif step == "retain_counts":
                     record["value"] = {str(d["registry_id"]): int(fake.fake_metal_device_retain_count(d["registry_id"]))
                                        for d in scenario["metal"]["devices"]}

@@ -11,13 +11,16 @@ wheel, with patch 0012 applied where the line has it) decide what happens:
   upstream's warning (their exact dataloader.py); 2.6.0 pins for pin_memory_device="mps",
   which an AMD GPU cannot (no shared allocator: it would crash), so 0012 skips it there
   with one warning.
-- Streams: only 2.15.0 has torch.mps.Stream and an MPS kernel for record_stream (the
-  wheels' native_functions.yaml); off Apple GPUs 0012 refuses any stream but the default
-  one, since record_stream cannot defer reuse there.
+- Streams: only 2.15.0 has torch.mps.Stream, more than one MPS stream (MPSGuardImpl.h) and
+  an MPS kernel for record_stream (the wheels' native_functions.yaml); off Apple GPUs 0012
+  refuses any stream but the default one, made current through torch.mps (streams.py) or
+  torch.accelerator.set_stream (its __init__.py), since record_stream cannot defer reuse
+  there.
 
 Seen failing: without patch 0012 (the series of 65b1623) the AMD 2.6.0 scenario pins and
-the Intel and AMD 2.15.0 scenarios make a second stream; without 0003's _memory.py the
-memory-limit steps raise.
+the Intel and AMD 2.15.0 scenarios make a second stream; without 0012's torch/accelerator
+hunk they set one current through torch.accelerator.set_stream; without 0003's _memory.py
+the memory-limit steps raise.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from .test_devices import metal_device, steps_of
 pytestmark = pytest.mark.upstream
 
 GPUS = {"intel": (UHD630, {"PYTORCH_MPS_ALLOW_INTEL_GPU": "1"}), "amd": (PRO5500M, {}), "apple": (M1, {})}
-STEPS = ["memory_limit", "report_text", "data_loader_pins", "stream=new", "stream=0", "set_stream=3"]
+STEPS = ["memory_limit", "report_text", "data_loader_pins", "stream=new", "stream=0", "set_stream=3",
+         "accelerator_set_stream=0", "accelerator_set_stream=3"]
 REFUSED = "streams other than the default one are not supported"
 
 
@@ -85,9 +89,12 @@ def test_no_second_stream_where_record_stream_cannot_defer_reuse(line: Line, res
     if line.line != "2.15.0":
         for step in ("stream=new", "stream=0", "set_stream=3"):
             assert steps[step].get("value") == "no torch.mps.Stream on this line", steps[step]
+        for step in ("accelerator_set_stream=0", "accelerator_set_stream=3"):  # one stream: see below
+            assert steps[step].get("value") == "allowed", steps[step]
         return
-    assert steps["stream=0"].get("value") == "allowed", steps["stream=0"]  # the default stream, everywhere
-    for step in ("stream=new", "set_stream=3"):
+    for step in ("stream=0", "accelerator_set_stream=0"):  # the default stream, everywhere
+        assert steps[step].get("value") == "allowed", steps[step]
+    for step in ("stream=new", "set_stream=3", "accelerator_set_stream=3"):
         if gpu == "apple":
             assert steps[step].get("value") == "allowed", steps[step]
         else:
@@ -107,3 +114,18 @@ def test_record_stream_has_an_mps_kernel_only_on_2_15_0(version: str) -> None:
     entry = text.split("- func: record_stream(", 1)[1].split("\n\n", 1)[0]
     assert ("MPS: record_stream_mps" in entry) == (version == "2.15.0"), entry
     assert (root / "torch" / "mps" / "streams.py").is_file() == (version == "2.15.0")
+
+
+@pytest.mark.parametrize("version", LINES)
+def test_mps_streams_other_than_the_default_one_exist_only_on_2_15_0(version: str) -> None:
+    """Before 2.15.0 the MPS guard's getNewStream and exchangeStream return the default
+    stream whatever they are given (the wheel's MPSGuardImpl.h), so torch.Stream("mps") and
+    torch.accelerator.set_stream need no hook there; 2.15.0's take a stream from a pool."""
+    if not objc_lines.has_wheel(version):
+        pytest.skip(f"no unpacked upstream {version} wheel: make upstream-material fetches it")
+    text = (objc_lines.wheel_root(version) / "torch" / "include" / "ATen" / "mps" / "MPSGuardImpl.h").read_text(
+        encoding="utf-8")
+    new_stream = text.split("Stream getNewStream(", 1)[1].split("}", 1)[0]
+    exchange = text.split("Stream exchangeStream(", 1)[1].split("}", 1)[0]
+    one_stream = "Stream::DEFAULT" in new_stream and "Stream::DEFAULT" in exchange
+    assert one_stream == (version != "2.15.0"), (new_stream, exchange)

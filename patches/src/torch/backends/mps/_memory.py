@@ -98,6 +98,6 @@ def check_stream(stream_id: Optional[int]) -> None:
         f"torch.mps: streams other than the default one are not supported on {device.name}: "
         "Tensor.record_stream() cannot stop the memory of a tensor used on a second stream from being "
         "reused before that stream's work completes (the allocator tracks only CPU-visible memory on Intel "
-        "and AMD GPUs). Run this work on the default stream (drop torch.mps.Stream / torch.mps.stream(...)); "
-        "MPS orders all of it there."
+        "and AMD GPUs). Run this work on the default stream (drop torch.mps.Stream / torch.mps.stream(...) / "
+        "torch.Stream('mps') and torch.accelerator.set_stream(...)); MPS orders all of it there."
     )
