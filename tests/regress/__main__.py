@@ -414,12 +414,22 @@ def _python_stack(proc: subprocess.Popen[bytes], path: Path) -> str:
     return ""
 
 
+QUOTE = '"'
+
+
 def _innermost(stack: str, frames: int = 3) -> str:
-    """The innermost frames of the thread running the group (the one in _run_group_here)."""
+    """The suite's innermost frames in the thread running the group (the one in
+    _run_group_here), as "_device.py:262 dtype_supported <- ..."."""
     for block in stack.split("\n\n"):
-        if "_run_group_here" in block:
-            lines = [ln.strip() for ln in block.splitlines() if ln.strip().startswith("File ")]
-            return " <- ".join(ln.removeprefix("File ") for ln in lines[:frames])
+        if "_run_group_here" not in block:
+            continue
+        ours = []
+        for line in block.splitlines():
+            path, _, rest = line.strip().removeprefix("File ").partition(", line ")
+            if "/tests/regress/" in path:
+                number, _, func = rest.partition(" in ")
+                ours.append(f"{Path(path.strip(QUOTE)).name}:{number} {func}")
+        return " <- ".join(ours[:frames])
     return ""
 
 
@@ -541,7 +551,7 @@ def run_group(
                 hangs.append(_stream.row_name(row))
                 run.hangs.ops.setdefault(_stream.op_key(_stream.row_name(row)), _where(name, row))
                 with out.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"section": section, "row": hung}, default=str) + "\\n")
+                    fh.write(json.dumps({"section": section, "row": hung}, default=str) + "\n")
                 print(f"regress: group {name}: {hangs[-1]} {hung.get('dtype', '')} "
                       f"{hung.get('case', '')}: hang: {hung['detail']}", file=sys.stderr, flush=True)  # fmt: skip
             elif finished.step is None:
@@ -737,6 +747,14 @@ def _hangs_outside_checks(groups: dict[str, dict[str, Any]]) -> list[dict[str, A
             rows.append({"op": f"group {name}", "check": where, "dtype": "-", "status": "hang",
                          "group": name, "detail": g["detail"]})  # fmt: skip
     return rows
+
+
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all: a second stop signal while the report is written (it ends the
+    suite at once) leaves the earlier file, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _count(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -970,12 +988,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     json_path = args.out / "regress.json"
     md_path = args.out / "regress.md"
-    json_path.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
-    md_path.write_text(_report.markdown(report, unexpected, xpass), encoding="utf-8")
+    _write(json_path, json.dumps(report, indent=1, default=str) + "\n")
+    _write(md_path, _report.markdown(report, unexpected, xpass))
     compat = _compat.build(report)
     compat_path, compat_md = args.out / "compat.json", args.out / "compat.md"
-    compat_path.write_text(json.dumps(compat, indent=1) + "\n", encoding="utf-8")
-    compat_md.write_text(_compat.markdown(compat), encoding="utf-8")
+    _write(compat_path, json.dumps(compat, indent=1) + "\n")
+    _write(compat_md, _compat.markdown(compat))
     print(_report.console_summary(report, unexpected, xpass))
     print(f"regress: wrote {json_path}, {md_path}, {compat_path} and {compat_md}; exit {exit_code}")
     return exit_code
