@@ -87,10 +87,10 @@ EXIT_ORPHANED = 125  # a group's process whose parent is gone
 DEFAULT_CHECK_TIMEOUT = 300.0
 # A group's start-up (the interpreter, importing torch and the suite, loading OpInfo's
 # database, the first device contact: _startup) has this deadline, or --check-timeout when
-# that is longer. Measured on a 2-core Linux runner under load: 5-15 s for the parity group
-# (OpInfo), 3-6 s for the others (each group's record keeps its `startup_seconds`); a busy
-# laptop compiling its first Metal kernels takes longer, hence the wide margin. After
-# start-up, --check-timeout is the deadline everywhere.
+# that is longer. Each group's record keeps its `startup_seconds`; measured figures are in
+# docs/regression-and-benchmark.md ("Hangs"): tens of seconds at most on a loaded 2-core
+# runner. A busy laptop compiling its first Metal kernels takes longer, hence the wide margin.
+# After start-up, --check-timeout is the deadline everywhere.
 STARTUP_TIMEOUT = 600.0
 MAX_HANGS = 3  # per group; after that the GPU is taken as wedged and the group stops
 POLL_SECONDS = 0.2
@@ -488,7 +488,7 @@ def _attempt(
             return Attempt(proc.returncode, "interrupt", startup)
 
 
-def _hang_row(row: dict[str, Any], at: str, timeout: float) -> dict[str, Any]:
+def _hang_row(row: dict[str, Any], at: str, timeout: float, stack: str = "") -> dict[str, Any]:
     row = dict(row)
     row["status"] = "hang"
     row["at"] = at
@@ -496,6 +496,7 @@ def _hang_row(row: dict[str, Any], at: str, timeout: float) -> dict[str, Any]:
         f"no result within {timeout:g} s (--check-timeout)"
         + (f"; hung at {at}" if at else "")
         + "; the group's process was stopped and the group went on after this check"
+        + (f"; Python stack: {stack}" if stack else "")
     )
     return row
 
@@ -547,7 +548,7 @@ def run_group(
                 run.hangs.steps[finished.step] = f"group {name}"
             if finished.in_flight is not None:
                 section, row = finished.in_flight
-                hung = _hang_row(row, finished.at, timeout)
+                hung = _hang_row(row, finished.at, timeout, _innermost(att.stack))
                 hangs.append(_stream.row_name(row))
                 run.hangs.ops.setdefault(_stream.op_key(_stream.row_name(row)), _where(name, row))
                 with out.open("a", encoding="utf-8") as fh:

@@ -136,7 +136,7 @@ def test_a_hang_in_the_suites_own_comparison_costs_one_timeout(tmp_path: Path, n
     report, log = _planted(tmp_path, "mul", normal)
     hung = [r for r in report["results"] if r["status"] == "hang"]
     assert [(r["op"], r["dtype"]) for r in hung] == [("add", "float32")], hung
-    assert "_grads" in report["groups"]["parity"]["stack"], report["groups"]["parity"]
+    assert "_grads" in hung[0]["detail"], hung  # the Python stack names the suite's code
     later = [r for r in report["results"] if r["op"] == "add" and r["dtype"] == "int32"]
     assert later and later[0]["detail"].startswith(NOT_RUN), later
     assert {r["status"] for r in report["shapes"]} == {"pass"}
