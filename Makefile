@@ -2,7 +2,8 @@
 #   make build   patched PyTorch wheel for the catalog's default line and this host's Python,
 #                then its torchvision built against it (TORCH_ONLY=1: torch alone)
 #   make test    the project's own test suite (hermetic: no network beyond 127.0.0.1)
-# Each bootstraps the virtual environment it needs from pyproject.toml.
+# Each bootstraps the virtual environment it needs: make build only the orchestrator's pinned,
+# hashed packages (patches/toolchain/orchestrator.txt); make test adds the test extras.
 
 HOST_PYTHON ?= python3
 VENV        ?= .venv
@@ -62,16 +63,19 @@ EDITABLE = mkdir -p $(dir $(EDITABLE_CFG)) && \
   printf '[egg_info]\negg_base = $(dir $(EDITABLE_CFG))\n' > $(EDITABLE_CFG) && \
   export DIST_EXTRA_CONFIG=$(CURDIR)/$(EDITABLE_CFG) &&
 
-# On a Mac the repair stage's delocate comes pinned with hashes first (patches/toolchain/repair.txt).
-REPAIR_PINS := patches/toolchain/repair.txt
+# What `make build` installs, and nothing else: the orchestrator's packages pinned with hashes
+# (patches/toolchain/orchestrator.txt, for every platform and Python; delocate on a Mac), then
+# the project itself without dependencies or build isolation, so nothing unpinned is fetched.
+# The test extras come on top of it, for make test and the development tools.
+ORCHESTRATOR_PINS := patches/toolchain/orchestrator.txt
 
-$(VENV)/.stamp: pyproject.toml $(REPAIR_PINS)
+$(VENV)/.stamp-build: pyproject.toml $(ORCHESTRATOR_PINS)
 	$(HOST_PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	@if [ "$$(uname -s)" = Darwin ]; then \
-	  echo "$(PY) -m pip install -q --require-hashes --no-deps -r $(REPAIR_PINS)"; \
-	  $(PY) -m pip install -q --require-hashes --no-deps -r $(REPAIR_PINS) || exit 1; \
-	fi
+	$(PY) -m pip install -q --require-hashes --only-binary=:all: --no-deps -r $(ORCHESTRATOR_PINS)
+	$(EDITABLE) $(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+$(VENV)/.stamp: $(VENV)/.stamp-build
 	$(EDITABLE) $(PY) -m pip install -q -e '.[test]'
 	touch $@
 
@@ -99,7 +103,7 @@ BUILD_FLAGS = $(strip $(if $(VERSION),--torch $(VERSION)) $(foreach p,$(PYTHON),
 #      once the arguments were understood.
 # Scripts that want the three cases as exit codes run `$(PY) -m intelmac_torch_builder all`:
 # 0 built, 1 error, 2 usage error, 3 needs a Mac.
-build: $(VENV)/.stamp
+build: $(VENV)/.stamp-build
 	$(info $(PY) -m intelmac_torch_builder all $(BUILD_FLAGS))
 	@$(PY) -m intelmac_torch_builder all $(BUILD_FLAGS); code=$$?; \
 	if [ $$code -eq 3 ]; then \

@@ -92,6 +92,15 @@ FIGURES: Mapping[str, Figure] = {
         "assumption: the fail-fast step configures CMake alone (core/failfast.py), then the "
         "wheel build re-runs CMake on the kept cache; on a scikit-build-core line the "
         "configure-only pip wheel also packs a throwaway wheel of the Python files"),
+    "mps_unit": Figure(
+        1.5, "min on one vCPU",
+        "assumption: one of upstream's MPS Objective-C++ sources, which include ATen's "
+        "operator headers and the MPSGraph framework headers, compiled on one of the "
+        "runner's vCPUs; the first run's fail-fast step log replaces it"),
+    "shader_unit": Figure(
+        0.25, "min on one vCPU",
+        "assumption: `xcrun metal -c` of one of the line's .metal sources for one shader "
+        "library; linking the library is counted in it"),
     "interrupt": Figure(
         3, "min",
         "ci/warmup.py: at the time box the compile gets SIGINT, SIGTERM, then SIGKILL, each "
@@ -118,6 +127,76 @@ FIGURES: Mapping[str, Figure] = {
         "GitHub docs, 'Dependency caching': 10 GB per repository, least recently used "
         "entries evicted, entries unused for 7 days removed"),
 }
+
+@dataclass(frozen=True)
+class FailFastCount:
+    """What the fail-fast step (core/failfast.py) compiles of upstream's for one line."""
+
+    mps_sources: int  # upstream's MPS Objective-C++ sources (estimated where no tree)
+    shaders: int  # .metal sources the shader libraries compile
+    libraries: int  # shader libraries (each compiles every shader once)
+    source: str
+
+
+#: The official arm64 wheel's libtorch_cpu.dylib names upstream's MPS sources in its error
+#: locations (``__FILE__`` of TORCH_CHECK): 61 distinct .mm paths in 2.6.0, whose tree has
+#: 69. Lines without a source tree here are estimated by that ratio from their binary's count
+#: (tests/ci/test_ci_budget.py counts both again from the real tree and wheels).
+TREE_MPS_2_6_0 = 69
+BINARY_MPS_PATHS: Mapping[str, int] = {"2.6.0": 61, "2.9.1": 59, "2.14.1": 62, "2.15.0": 65}
+#: Every .metal file under aten/src/ATen/native/mps in the stored history of upstream's
+#: repository (not dated to a release): an upper bound for the lines without a tree here.
+SHADERS_UPPER_BOUND = 74
+
+
+def _estimated_mps(version: str) -> int:
+    return math.ceil(BINARY_MPS_PATHS[version] * TREE_MPS_2_6_0 / BINARY_MPS_PATHS["2.6.0"])
+
+
+#: Per line; the shader libraries are the official binary's __TEXT sections (metal_basic,
+#: metal_bfloat, metal_40).
+FAILFAST_COUNTS: Mapping[str, FailFastCount] = {
+    "2.6.0": FailFastCount(
+        TREE_MPS_2_6_0, 15, 2,
+        "the real 2.6.0 tree: 9 .mm in aten/src/ATen/mps, 60 under native/mps; 15 .metal "
+        "in native/mps/kernels, compiled for kernels_basic (metal3.0) and kernels_bfloat "
+        "(metal3.1)"),
+    "2.9.1": FailFastCount(
+        _estimated_mps("2.9.1"), SHADERS_UPPER_BOUND, 1,
+        "estimated from the official wheel (59 .mm paths); one library (metal_basic)"),
+    "2.14.1": FailFastCount(
+        _estimated_mps("2.14.1"), SHADERS_UPPER_BOUND, 2,
+        "estimated from the official wheel (62 .mm paths); two libraries (metal_basic, metal_40)"),
+    "2.15.0": FailFastCount(
+        _estimated_mps("2.15.0"), SHADERS_UPPER_BOUND, 2,
+        "estimated from the official wheel (65 .mm paths); two libraries (metal_basic, metal_40)"),
+}
+
+
+def failfast_count(version: str) -> FailFastCount:
+    """The line's counts; a line the table lacks gets the largest (pessimistic)."""
+    if version in FAILFAST_COUNTS:
+        return FAILFAST_COUNTS[version]
+    return max(FAILFAST_COUNTS.values(), key=lambda count: count.mps_sources + count.shaders * count.libraries)
+
+
+def failfast_minutes(line: ReleaseLine) -> float:
+    """How long the fail-fast step compiles on the runner before the bulk compile starts:
+    the series' own units, upstream's MPS sources and every shader of each library."""
+    from ..core import failfast  # the series' units; core does not import ci
+
+    count = failfast_count(line.version)
+    units = count.mps_sources + len(failfast.series_units(line.patches))
+    cpu = units * figure("mps_unit") + count.shaders * count.libraries * figure("shader_unit")
+    return cpu / figure("runner_vcpus")
+
+
+def failfast_extra_minutes() -> float:
+    """What the fail-fast step adds to a job: the full build reuses its objects and shader
+    libraries, so only the cores it leaves idle while its last sources finish are lost, at
+    most one MPS source on each idle vCPU. The same for every line."""
+    return figure("mps_unit") * (figure("runner_vcpus") - 1) / figure("runner_vcpus")
+
 
 #: How many warm-up jobs (the first and its continuations) release.yml has per line.
 WARMUP_JOBS = 4
@@ -157,7 +236,8 @@ def job_budget(timeout_minutes: float) -> float:
 def _warmup_overhead(replayed: float) -> float:
     """A warm-up job's minutes besides its compile time box."""
     return (figure("setup") + figure("cleanup") + figure("cache_transfer") * 2
-            + figure("configure") + figure("reconfigure") + figure("interrupt") + replayed * figure("replay_direct"))
+            + figure("configure") + figure("reconfigure") + failfast_extra_minutes()
+            + figure("interrupt") + replayed * figure("replay_direct"))
 
 
 def compile_minutes(timeout_minutes: float = 360) -> int:
@@ -206,7 +286,8 @@ def job_minutes(kind: str, line: ReleaseLine | None = None, *, vision: bool = Fa
         if line is None:
             raise BuildError("the wheel job's model needs its line")
         minutes = (figure("setup") + figure("cleanup") + figure("cache_transfer")
-                   + figure("configure") + figure("reconfigure") + bulk_compile_minutes(line) * figure("replay_preprocessed")
+                   + figure("configure") + figure("reconfigure") + failfast_extra_minutes()
+                   + bulk_compile_minutes(line) * figure("replay_preprocessed")
                    + python_compile_minutes() + figure("link") + figure("repair")
                    + figure("verify"))
         if vision:

@@ -194,7 +194,8 @@ def _fetch_fields(line: ReleaseLine) -> dict[str, Any]:
         # Only a workflow_dispatch trial build can reach an unpinned line (tags refuse it).
         "pinned": pinned,
         "fetch_args": "" if pinned else "--trust-on-first-use",
-        "xcode": line.xcode or XCODE_VERSION,
+        # The catalog's choice within the line's range (the preflight accepts the whole range).
+        "xcode": line.xcode.runner if line.xcode is not None else XCODE_VERSION,
         # The artifacts that hand the warm compiler cache from job to job within a run.
         "ccache_artifact": f"ccache-{line.version}",
         "state_artifact": f"warmup-state-{line.version}",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.version import Version
 
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
@@ -57,6 +58,7 @@ class JobRun:
     env: dict[str, str]
     steps: list[Step]
     budget_minutes: float = 0.0  # the time model's minutes for this run (ci/budget.py)
+    version: str | None = None  # the line it builds, if any
 
 
 @dataclass
@@ -75,6 +77,8 @@ class Plan:
     event: str
     description: str
     jobs: list[Job]
+    #: The modelled minutes of each built line's fail-fast step (ci/budget.py).
+    failfast_minutes: dict[str, float] = field(default_factory=dict)
 
 
 def _load_workflow(path: Path) -> dict[str, Any]:
@@ -304,8 +308,10 @@ def _job_runs(job: Mapping[str, Any], job_id: str, contexts: dict[str, Any],
         # Job outputs: a matrix job's outputs are those of its last entry, as on GitHub.
         outputs = {key: expressions.interpolate(value, local)
                    for key, value in (job.get("outputs") or {}).items()}
+        version = entry.get("version")
         runs.append(JobRun(name=name, runs_on=runs_on_text, env=env, steps=steps,
-                           budget_minutes=_modelled(job_id, job, entry, catalog)))
+                           budget_minutes=_modelled(job_id, job, entry, catalog),
+                           version=version if isinstance(version, str) else None))
     return runs, outputs
 
 
@@ -365,7 +371,11 @@ def make_plan(workflow_path: Path, catalog: Catalog, *, tag: str | None = None,
         jobs.append(Job(id=job_id, needs=needs, status=status,
                         permissions=job.get("permissions", workflow.get("permissions")),
                         timeout_minutes=job.get("timeout-minutes", 360), runs=runs))
-    return Plan(workflow=workflow_path, event=event, description=description, jobs=jobs)
+    built = sorted({run.version for job in jobs if job.id == "warmup" for run in job.runs
+                    if run.version}, key=Version, reverse=True)
+    return Plan(workflow=workflow_path, event=event, description=description, jobs=jobs,
+                failfast_minutes={version: budget.failfast_minutes(catalog.line(version))
+                                  for version in built})
 
 
 def _permissions_text(permissions: Any) -> str:
@@ -393,6 +403,13 @@ def render(plan: Plan) -> str:
         needs = f" <- {', '.join(job.needs)}" if job.needs else ""
         count = f" x{len(job.runs)}" if len(job.runs) > 1 else ""
         out.append(f"  {job.id}{count}{needs}  [{job.status}]{_budget_text(job)}")
+    if plan.failfast_minutes:
+        each = ", ".join(f"{version} {minutes:.0f} min" for version, minutes in plan.failfast_minutes.items())
+        out.append("")
+        out.append("Fail-fast step (core/failfast.py), first in the warm-up's time box: a source or "
+                   f"shader that does not compile stops the job within {each} of compiling; it "
+                   f"adds {budget.failfast_extra_minutes():.1f} min to each build job, as the bulk "
+                   "compile reuses what it built.")
     for job in plan.jobs:
         out.append("")
         out.append("=" * 78)

@@ -5,14 +5,22 @@ about 100 MB, so the wheels stay on the releases and the index links to them wit
 ``#sha256=`` fragment that pip checks. Every release keeps its ``SHA256SUMS``; rebuilding
 the index from all of them keeps older releases installable after a new one is published.
 
-    python -m intelmac_torch_builder.ci.publish_index collect --out releases      # in CI: gh release list/download
+    python -m intelmac_torch_builder.ci.publish_index collect --out releases \\
+        --download-base https://github.com/OWNER/REPO/releases/download   # in CI: gh release list
     python -m intelmac_torch_builder.ci.publish_index build --releases releases \\
         --download-base https://github.com/OWNER/REPO/releases/download --out site
 
-``collect`` writes ``releases/<tag>/SHA256SUMS`` and ``releases/ORDER`` (oldest first).
-When two releases carry a wheel of the same name (a re-release of a line), the later one
-wins. The pages are rendered by ``core.simple_index``, like the local ``wheels/simple``
-index (``collect`` also needs the ``gh`` CLI).
+``collect`` lists the published releases with the ``gh`` CLI and downloads each one's
+``SHA256SUMS`` from the address pip downloads its wheels from, retrying a failed download
+with backoff (``core._download``); a release whose ``SHA256SUMS`` still cannot be read
+fails the command, so the index never drops a published release. It writes
+``releases/<tag>/SHA256SUMS`` and ``releases/ORDER`` (oldest first).
+
+A published file name never changes bytes: when two releases carry a wheel of the same
+name with different sha256, ``build`` refuses, since every install pinned to the first
+hash would break. Identical files under one name (a release that carries an earlier one's
+wheel again) are indexed once, from the earlier release. The pages are rendered by
+``core.simple_index``, like the local ``wheels/simple`` index.
 """
 
 from __future__ import annotations
@@ -31,8 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from ..core import _download, _fsutil, simple_index
 from ..core import catalog as catalog_module
-from ..core import simple_index
+from ..core._log import Log
+from ..core.errors import BuildError
+from ..core.options import FetchSettings
 
 PROJECT = "torch"
 #: The projects a release carries: torch, and the torchvision built against it.
@@ -85,19 +96,35 @@ def release_order(releases: Path) -> list[str]:
     return tags
 
 
+def swap_problem(published: Entry, later: Entry) -> str:
+    """Why a file name may not come back with other bytes, and what to do instead."""
+    return (f"{later.filename} is published by {published.tag} with sha256 {published.sha256} "
+            f"and again by {later.tag} with sha256 {later.sha256}. A published file name never "
+            "changes bytes: every install pinned to the first hash would break. A release's "
+            "wheels carry its build number in their names (python ci/wheel_names.py --tag "
+            f"{later.tag} DIR, which the attest job runs); publish {later.tag}'s wheels under "
+            "those names, or delete its copy of the file if it was uploaded by mistake.")
+
+
 def collect_entries(releases: Path) -> list[Entry]:
-    """One entry per wheel file name; a later release replaces an earlier one's file."""
+    """One entry per wheel file name; the same name with other bytes is refused."""
     chosen: dict[str, Entry] = {}
+    swaps: list[str] = []
     for tag in release_order(releases):
         sums = releases / tag / "SHA256SUMS"
         if not sums.is_file():
-            print(f"note: release {tag} has no SHA256SUMS; not indexed", file=sys.stderr)
-            continue
+            # collect writes ORDER only after every SHA256SUMS arrived: this folder is not
+            # what it wrote, and leaving the release out would unpublish its wheels.
+            raise IndexInputError(f"{sums} is missing: collect did not finish for {tag}; "
+                                  "run collect again")
         for entry in read_sums(sums, tag):
-            if entry.filename in chosen and chosen[entry.filename].sha256 != entry.sha256:
-                print(f"note: {entry.filename} of {chosen[entry.filename].tag} is replaced by "
-                      f"the one of {tag}", file=sys.stderr)
-            chosen[entry.filename] = entry
+            earlier = chosen.get(entry.filename)
+            if earlier is None:
+                chosen[entry.filename] = entry
+            elif earlier.sha256 != entry.sha256:
+                swaps.append(swap_problem(earlier, entry))
+    if swaps:
+        raise IndexInputError("\n".join(swaps))
     if not chosen:
         raise IndexInputError(f"no wheels found under {releases}; nothing to index")
     return sorted(chosen.values(), key=lambda entry: entry.filename)
@@ -187,30 +214,49 @@ def write_site(entries: Sequence[Entry], download_base: str, out: Path) -> None:
         raise
 
 
-def _gh(*args: str) -> str:
-    result = subprocess.run(["gh", *args], check=True, capture_output=True, text=True)
+def gh(*args: str) -> str:
+    """``gh``'s output; a BuildError with its message when it fails."""
+    result = subprocess.run(["gh", *args], check=False, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"gh {' '.join(args)} failed: {(result.stderr or result.stdout).strip()}")
     return result.stdout
 
 
-def collect(out: Path) -> list[str]:
-    """Download SHA256SUMS of every published release tagged like ours (needs gh, GH_REPO)."""
-    listing = json.loads(_gh("release", "list", "--limit", "1000", "--json",
+def published_tags() -> list[str]:
+    """Our published releases' tags, oldest first (needs gh, GH_REPO)."""
+    listing = json.loads(gh("release", "list", "--limit", "1000", "--json",
                              "tagName,isDraft,publishedAt"))
     published = [item for item in listing if not item["isDraft"] and TAG.match(item["tagName"])]
-    published.sort(key=lambda item: item["publishedAt"])  # oldest first: later releases win
+    published.sort(key=lambda item: item["publishedAt"])
+    return [item["tagName"] for item in published]
+
+
+def collect(out: Path, download_base: str, settings: FetchSettings = FetchSettings()) -> list[str]:
+    """Download the SHA256SUMS of every published release tagged like ours.
+
+    Each download is retried with backoff; one that still fails raises a BuildError and
+    ORDER is not written, so ``build`` never runs on a list that lost a release.
+    """
+    tags = published_tags()
     out.mkdir(parents=True, exist_ok=True)
-    tags: list[str] = []
-    for item in published:
-        tag = item["tagName"]
+    (out / "ORDER").unlink(missing_ok=True)
+    log = Log.create()
+    base = download_base.rstrip("/")
+    for tag in tags:
+        sums = out / tag / "SHA256SUMS"
+        url = f"{base}/{quote(tag)}/SHA256SUMS"
         try:
-            _gh("release", "download", tag, "--pattern", "SHA256SUMS", "--dir", str(out / tag),
-                "--clobber")
-        except subprocess.CalledProcessError as exc:
-            print(f"::warning::release {tag} has no SHA256SUMS ({exc.stderr.strip()}); "
-                  "it is left out of the index", file=sys.stderr)
-            continue
-        tags.append(tag)
-    (out / "ORDER").write_text("".join(f"{tag}\n" for tag in tags))
+            _download.download(url, sums, settings, log)
+        except BuildError as exc:
+            raise BuildError(f"release {tag} is published, but its SHA256SUMS could not be "
+                             f"read ({url}):\n{exc}\nThe index was not rebuilt, so no "
+                             "published release is left out of it. Re-run the pages job; if "
+                             f"{tag} really has no SHA256SUMS, upload one (sha256sum *.whl) "
+                             "to it first.") from None
+        part = sums.with_name(sums.name + ".part")
+        part.replace(sums)
+        sums.with_name(sums.name + ".part.json").unlink(missing_ok=True)
+    _fsutil.write_text_atomic(out / "ORDER", "".join(f"{tag}\n" for tag in tags))
     return tags
 
 
@@ -220,6 +266,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     collect_parser = commands.add_parser("collect", help="download every release's SHA256SUMS")
     collect_parser.add_argument("--out", type=Path, required=True,
                                 help="folder to write <tag>/SHA256SUMS and ORDER into")
+    collect_parser.add_argument("--download-base", required=True,
+                                help="where release assets are downloaded from: "
+                                "https://github.com/OWNER/REPO/releases/download")
+    collect_parser.add_argument("--retries", type=int, default=FetchSettings.retries,
+                                help="retries of each failed download (default %(default)s)")
+    collect_parser.add_argument("--backoff", type=float, default=FetchSettings.backoff,
+                                help="seconds before the first retry; doubles each time "
+                                "(default %(default)s)")
     build_parser = commands.add_parser("build", help="write the PEP 503 site")
     build_parser.add_argument("--releases", type=Path, required=True,
                               help="the folder collect wrote")
@@ -234,13 +288,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not os.environ.get("GH_REPO"):
                 print("warning: GH_REPO is not set; gh uses the repository of the current folder",
                       file=sys.stderr)
-            tags = collect(args.out)
+            settings = FetchSettings(retries=args.retries, backoff=args.backoff)
+            tags = collect(args.out, args.download_base, settings)
             print(f"collected {len(tags)} release(s): {', '.join(tags) or '-'}")
         else:
             entries = collect_entries(args.releases)
             write_site(entries, args.download_base, args.out)
             print(f"wrote {args.out}/simple/ with {len(entries)} wheel(s)")
-    except IndexInputError as exc:
+    except (IndexInputError, BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -16,9 +16,11 @@ prints ``PASS name`` or ``FAIL name: why``; the exit status is the number of fai
   release matrix computes it from the catalog's ``build_env``, the one source of truth):
   BLAS_INFO/LAPACK_INFO and the other build settings in ``torch.__config__.show()``, oneDNN
   (``torch.backends.mkldnn``), OpenMP, distributed (gloo, a one-process group over a file
-  store), the quantized engines, and LAPACK (``torch.linalg.svd``, ``solve``, ``eigh``) against
-  NumPy. A feature the build turns off on purpose prints ``OFF name: why`` and is checked to
-  be really absent. Runs only with ``--expect-features``.
+  store), the quantized engines, LAPACK (``torch.linalg.svd``, ``solve``, ``eigh``) against
+  NumPy, and ``torch.compile`` on CPU (inductor's C++ kernel, compiled and linked here with
+  ``-lomp`` against torch/lib, as on a user's Mac). A feature the build turns off on purpose
+  prints ``OFF name: why`` and is checked to be really absent. Runs only with
+  ``--expect-features``.
 
 ``--skip NAME`` leaves one named check out and prints ``SKIP NAME``: for a torch that only
 models the Python layer (tests/ci runs these checks inside check-upstream's sandbox, whose
@@ -57,7 +59,7 @@ API_CHECKS = ("version", "mps-built", "api-present", "allow-intel-gpu-default-of
               "opt-in-without-gpu", "mps-tensor-error")
 SMOKE_CHECKS = ("cpu-matmul", "cpu-conv2d", "cpu-autograd", "cpu-softmax", "cpu-training")
 FEATURE_CHECKS = ("config-string", "blas-lapack-info", "mkldnn", "openmp", "distributed",
-                  "quantized-engines", "lapack-vs-numpy")
+                  "quantized-engines", "lapack-vs-numpy", "torch-compile-cpu")
 #: The features --expect-features names, and the build variable that turns each on or off.
 SWITCHES = {"mkldnn": "USE_MKLDNN", "distributed": "USE_DISTRIBUTED", "fbgemm": "USE_FBGEMM"}
 #: BLAS_INFO values a build may report (cmake/Dependencies.cmake).
@@ -443,6 +445,44 @@ class Checks:
             require(threads > 1, f"torch.get_num_threads() is {threads} on {cores} cores")
         print(f"  {threads} threads on {cores} logical cores")
 
+    def torch_compile_cpu(self) -> None:
+        """torch.compile's CPU path: C++ compiled here, linked with -lomp against torch/lib.
+
+        On macOS that link finds the wheel's torch/lib/libomp.dylib and torch/include/omp.h
+        or fails (the wheel layout verify checks). A fresh, uncached inductor folder, so the
+        kernel is compiled now and not loaded from an earlier run.
+        """
+        import tempfile
+
+        import torch
+
+        def f(x: Any, y: Any) -> Any:
+            return torch.sin(x) * y + torch.cos(y).sum(dim=-1, keepdim=True)
+
+        x, y = torch.randn(256, 4096), torch.randn(256, 4096)
+        saved = {key: os.environ.get(key) for key in ("TORCHINDUCTOR_CACHE_DIR",
+                                                       "TORCHINDUCTOR_FORCE_DISABLE_CACHES")}
+        with tempfile.TemporaryDirectory() as folder:
+            os.environ.update(TORCHINDUCTOR_CACHE_DIR=folder, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+            try:
+                got = torch.compile(f, backend="inductor", fullgraph=True)(x, y)
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+            built = [os.path.join(root, name) for root, _, names in os.walk(folder)
+                     for name in names]
+            require(any(name.endswith((".so", ".dylib")) for name in built),
+                    f"torch.compile built no C++ library in {folder}: its CPU path did not run")
+            parallel = any(name.endswith((".cpp", ".py")) and "#pragma omp" in _read(name)
+                           for name in built)
+        require(torch.allclose(got, f(x, y), atol=1e-4), "the compiled function's result differs")
+        # One thread: inductor writes no OpenMP region, so nothing linked libomp's code.
+        if torch.get_num_threads() > 1:
+            require(parallel, "the compiled C++ kernel has no OpenMP region (#pragma omp)")
+
     def distributed(self) -> None:
         import torch
 
@@ -571,6 +611,11 @@ class Checks:
         require(losses[-1] < 0.1 * losses[0], f"the loss went from {losses[0]:.4f} to {losses[-1]:.4f}")
 
 
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="checks run inside the wheel's venv")
     parser.add_argument("--expect-version", help="torch.__version__ the wheel must report")
@@ -633,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         checks.run("distributed", checks.distributed)
         checks.run("quantized-engines", checks.quantized_engines)
         checks.run("lapack-vs-numpy", checks.lapack_vs_numpy)
+        checks.run("torch-compile-cpu", checks.torch_compile_cpu)
     skipped = f", {checks.skipped} skipped" if checks.skipped else ""
     print(f"{checks.failures} failure(s){skipped}", flush=True)
     return min(checks.failures, 100)

@@ -30,7 +30,7 @@ LC_SYMTAB = 0x02
 #: nlist's n_type bits (<mach-o/nlist.h>): an external symbol with no section is an import;
 #: n_desc's high byte is its two-level library ordinal, N_WEAK_REF marks a weak import
 #: (dyld binds it to NULL when the OS lacks it, instead of refusing to load).
-N_STAB, N_TYPE, N_EXT, N_UNDF = 0xE0, 0x0E, 0x01, 0x00
+N_STAB, N_TYPE, N_EXT, N_UNDF, N_SECT = 0xE0, 0x0E, 0x01, 0x00, 0x0E
 N_WEAK_REF = 0x0040
 #: The minimum OS a binary runs on: LC_BUILD_VERSION (macOS 10.14+ toolchains) carries a
 #: platform and ``minos``; older binaries carry LC_VERSION_MIN_MACOSX instead.
@@ -62,6 +62,8 @@ class MachOSlice:
     install_id: str | None = None
     min_macos: str | None = None  # "13.0", from LC_BUILD_VERSION or LC_VERSION_MIN_MACOSX
     imports: list[Import] = field(default_factory=list)
+    #: The external symbols it defines (a dylib's exports), as in the symbol table.
+    exports: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,15 @@ def _read_slice(handle: BinaryIO, start: int) -> MachOSlice:
             result.min_macos = decode_version(version)
         offset += size
     if symtab is not None:
-        result.imports = _imports(handle, start, endian, is64, symtab, result.dylibs)
+        result.imports, result.exports = _symbols(handle, start, endian, is64, symtab,
+                                                  result.dylibs)
     return result
 
 
-def _imports(handle: BinaryIO, start: int, endian: str, is64: bool,
-             symtab: tuple[int, int, int, int], libraries: list[str]) -> list[Import]:  # fmt: skip
+def _symbols(handle: BinaryIO, start: int, endian: str, is64: bool,
+             symtab: tuple[int, int, int, int], libraries: list[str]
+             ) -> tuple[list[Import], list[str]]:  # fmt: skip
+    """The symbol table's external symbols: imports (undefined), exports (defined in a section)."""
     symoff, nsyms, stroff, strsize = symtab
     entry = endian + ("IBBHQ" if is64 else "IBBhI")
     width = struct.calcsize(entry)
@@ -153,15 +158,18 @@ def _imports(handle: BinaryIO, start: int, endian: str, is64: bool,
     table = handle.read(nsyms * width)
     if len(table) < nsyms * width:
         raise NotMachO("truncated symbol table")
-    out = []
+    imports, exports = [], []
     for index in range(nsyms):
         strx, kind, _, desc, _ = struct.unpack_from(entry, table, index * width)
-        if kind & N_STAB or (kind & N_TYPE) != N_UNDF or not kind & N_EXT:
+        if kind & N_STAB or not kind & N_EXT:
             continue
-        ordinal = (desc >> 8) & 0xFF
-        library = libraries[ordinal - 1] if 0 < ordinal <= len(libraries) else None
-        out.append(Import(_c_string(strings, strx), library, bool(desc & N_WEAK_REF)))
-    return out
+        if (kind & N_TYPE) == N_SECT:
+            exports.append(_c_string(strings, strx))
+        elif (kind & N_TYPE) == N_UNDF:
+            ordinal = (desc >> 8) & 0xFF
+            library = libraries[ordinal - 1] if 0 < ordinal <= len(libraries) else None
+            imports.append(Import(_c_string(strings, strx), library, bool(desc & N_WEAK_REF)))
+    return imports, exports
 
 
 def read_macho(path: Path) -> list[MachOSlice]:

@@ -51,6 +51,40 @@ GIT_REPOS = {
 }
 
 
+def xcode_for_sdk(sdk: str) -> str:
+    """The first Xcode that ships macOS SDK ``sdk``: 12 for SDK 11 ... 16 for SDK 15, then 26."""
+    major = Version(sdk).major
+    return f"{major}.0" if major >= 26 else f"{major + 1}.0"
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return Version(text).release
+
+
+@dataclass(frozen=True)
+class XcodeRange:
+    """The Xcode releases that can build a line, each bound with the evidence for it.
+
+    ``max`` covers its own point releases: "26.6" admits 26.6.1 (``xcodebuild -version``
+    says "Xcode 26.4.1"); a newer minor is outside until evidence widens the range.
+    """
+
+    min: str
+    max: str
+    runner: str  # the one the release workflow selects on its runner image
+    min_evidence: str
+    max_evidence: str
+
+    def admits(self, found: str) -> bool:
+        have = _release(found)
+        return have >= _release(self.min) and have[: len(_release(self.max))] <= _release(self.max)
+
+    @property
+    def words(self) -> str:
+        """"Xcode 26.2 to 26.6" (or "Xcode 16.4" for a range of one release)."""
+        return f"Xcode {self.min}" if self.min == self.max else f"Xcode {self.min} to {self.max}"
+
+
 @dataclass(frozen=True)
 class ToolchainSpec:
     """The line's pinned build toolchain: the pin file and what it must pin."""
@@ -73,7 +107,7 @@ class ReleaseLine:
     build_env: Mapping[str, str]
     toolchain: ToolchainSpec | None  # None: no pinned toolchain (only fixtures lack one)
     macos_sdk_min: str  # the oldest macOS SDK whose Metal/MPSGraph APIs the line compiles in
-    xcode: str | None = None  # the Xcode it is built with (None: any new enough for the SDK)
+    xcode: XcodeRange | None = None  # the Xcodes that build it (None: any new enough for the SDK)
     build_backend: str = "setuptools"  # the PEP 517 backend of the release (core/backend.py)
     name: str = "torch"  # the distribution this line builds
     # A torch line: the companion built after it. A companion: the torch version it pairs
@@ -250,6 +284,26 @@ def _companion(path: Path, where: str, line: ReleaseLine, raw: dict[str, Any]) -
     )
 
 
+def _xcode_range(where: str, raw: Mapping[str, Any]) -> XcodeRange | None:
+    """The line's ``xcode`` range, checked for order and against the line's SDK."""
+    if "xcode" not in raw:
+        return None
+    found = XcodeRange(**raw["xcode"])
+    low, high = _release(found.min), _release(found.max)
+    if not low <= high or not found.admits(found.runner):
+        raise CatalogError(
+            f"{where}, field 'xcode': runner {found.runner} must lie in min {found.min} to max "
+            f"{found.max}, and min must not be above max."
+        )
+    sdk = raw.get("macos_sdk_min", raw["mps_min_macos"])
+    if low < _release(xcode_for_sdk(sdk)):
+        raise CatalogError(
+            f"{where}, field 'xcode.min': Xcode {found.min} has no macOS {sdk} SDK "
+            f"(macos_sdk_min); the first that has it is Xcode {xcode_for_sdk(sdk)}."
+        )
+    return found
+
+
 def parse(path: Path, document: Any) -> Catalog:
     """Validate ``document`` (the YAML of ``path``) and turn it into a Catalog."""
     validator = jsonschema.Draft202012Validator(_schema())
@@ -304,7 +358,7 @@ def parse(path: Path, document: Any) -> Catalog:
             toolchain=spec,
             # MPS needs at least the SDK of the macOS it runs on.
             macos_sdk_min=raw.get("macos_sdk_min", raw["mps_min_macos"]),
-            xcode=raw.get("xcode"),
+            xcode=_xcode_range(where, raw),
             build_backend=raw.get("build_backend", "setuptools"),
         )
         if "companion" in raw:

@@ -1,21 +1,34 @@
-"""Compile the sources the patch series touches or creates first, right after CMake configures.
+"""Compile what most likely breaks first, right after CMake configures.
 
-A mistake in the series' own C++ or Objective-C++ shows in minutes instead of after hours
-of compiling the rest of PyTorch. The list comes from the series itself (every file a patch
-adds or changes, kept if it is a translation unit), never from a hand-kept list, and the
-objects to build come from the configured ``build.ninja``: a source this configuration does
-not compile (another platform's file) is named and skipped, not an error.
+A mistake in the series' own C++ or Objective-C++, or an Xcode whose compilers reject
+upstream's MPS sources or Metal shaders, shows in minutes instead of after hours of
+compiling the rest of PyTorch. Fail-fast builds, as ninja targets of the configured
+``build.ninja``:
+
+- every translation unit the series adds or changes (from the series itself, never a
+  hand-kept list);
+- all of upstream's MPS Objective-C++ sources, found as the line's CMake finds them
+  (``aten/src/ATen/CMakeLists.txt`` globs ``mps/*.mm`` and, recursively,
+  ``native/mps/*.mm`` into ``ATen_MPS_SRCS``, which ``caffe2/CMakeLists.txt`` compiles
+  into ``torch_cpu``: ninja's objects are ``caffe2/CMakeFiles/torch_cpu.dir/__/aten/...mm.o``);
+- the line's Metal shader library, CMake's custom target ``metallibs``.
+
+A source this configuration does not compile (another platform's file) is named and
+skipped, not an error. A configuration with MPS on but no ``metallibs`` target is an
+error: CMake's probe found no working Metal compiler, and the wheel would compile its
+shaders at run time instead of carrying upstream's library.
 
     python -m intelmac_torch_builder.core.failfast --tree TREE --build-dir TREE/build \\
         PATCH [PATCH ...]
 
-runs ``ninja -C BUILD_DIR <their objects>`` (ninja from PATH: the build venv's pinned one).
+runs ``ninja -C BUILD_DIR <their objects> metallibs`` (ninja from PATH: the build venv's
+pinned one).
 
 ``steps`` puts it in a build plan: CMake configures alone first (``setup.py build
 --cmake-only`` for a setuptools line; for scikit-build-core, which configures inside ``pip
 wheel``, a ``pip wheel`` whose only build target is ``build.ninja``: see
-``backend.configure_only_command``), then this compiles the series' objects, then the full
-wheel build reuses the configured ``build/``.
+``backend.configure_only_command``), then this compiles those targets, then the full
+wheel build reuses the configured ``build/`` and the objects already built.
 """
 
 from __future__ import annotations
@@ -25,7 +38,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import backend as backend_mod
@@ -34,6 +48,17 @@ from .patching import file_changes
 
 #: Suffixes of the translation units a compiler sees on its command line.
 UNIT_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".m", ".mm")
+#: Where upstream's MPS Objective-C++ sources are, and whether CMake globs them recursively
+#: (``file(GLOB mps_mm "mps/*.mm")``, ``file(GLOB_RECURSE native_mps_mm "native/mps/*.mm")``
+#: in 2.6.0's aten/src/ATen/CMakeLists.txt; later lines keep both globs).
+MPS_SOURCE_DIRS: tuple[tuple[str, bool], ...] = (
+    ("aten/src/ATen/mps", False),
+    ("aten/src/ATen/native/mps", True),
+)
+#: The custom target that compiles the line's shaders and links the Metal library that
+#: torch_cpu embeds (``add_custom_target(metallibs ...)`` in 2.6.0's aten/src/ATen; every
+#: later line's caffe2/CMakeLists.txt still says ``add_dependencies(torch_cpu metallibs)``).
+METAL_TARGET = "metallibs"
 #: ``build <outputs>: <rule> <explicit inputs> [| implicit] [|| order-only]`` in a ninja file.
 _BUILD = re.compile(r"^build (?P<outputs>(?:[^:$]|\$.)+): (?P<rule>\S+)(?P<inputs>.*)$")
 
@@ -46,6 +71,21 @@ def series_units(patches: Iterable[Path]) -> list[str]:
             if change.path.endswith(UNIT_SUFFIXES) and not change.is_removed:
                 units[change.path] = None
     return list(units)
+
+
+def mps_units(tree: Path) -> list[str]:
+    """Upstream's MPS Objective-C++ sources in ``tree`` (tree-relative, sorted), as CMake globs them."""
+    found: list[str] = []
+    for folder, recursive in MPS_SOURCE_DIRS:
+        pattern = "**/*.mm" if recursive else "*.mm"
+        found += sorted(path.relative_to(tree).as_posix()
+                        for path in (tree / folder).glob(pattern) if path.is_file())
+    return found
+
+
+def fail_fast_units(tree: Path, patches: Iterable[Path]) -> list[str]:
+    """The series' units, then upstream's MPS sources it does not touch."""
+    return list(dict.fromkeys([*series_units(patches), *mps_units(tree)]))
 
 
 def _unescape(text: str) -> list[str]:
@@ -83,21 +123,87 @@ def _ninja_files(build_dir: Path) -> Iterable[Path]:
                 pending.append(build_dir / _unescape(line.split(" ", 1)[1])[0])
 
 
+def _statements(build_dir: Path) -> Iterable[re.Match[str]]:
+    for ninja in _ninja_files(build_dir):
+        for line in ninja.read_text(encoding="utf-8", errors="replace").splitlines():
+            match = _BUILD.match(line)
+            if match:
+                yield match
+
+
+def target_named(build_dir: Path, name: str) -> str | None:
+    """The ninja target for CMake target ``name``: its top-level alias, else its folder's path."""
+    nested = None
+    for match in _statements(build_dir):
+        for output in _unescape(match["outputs"]):
+            if output == name:
+                return output
+            if nested is None and output.endswith("/" + name):
+                nested = output
+    return nested
+
+
+def cache_value(build_dir: Path, key: str) -> str | None:
+    """``KEY:TYPE=value`` from CMakeCache.txt (None: not set, or no cache)."""
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.is_file():
+        return None
+    for line in cache.read_text(encoding="utf-8", errors="replace").splitlines():
+        name, _, rest = line.partition(":")
+        if name == key and "=" in rest:
+            return rest.split("=", 1)[1]
+    return None
+
+
+def _on(value: str | None) -> bool:
+    return (value or "").upper() in ("1", "ON", "YES", "TRUE", "Y")
+
+
 def objects_for(build_dir: Path, sources: Sequence[Path]) -> dict[Path, str]:
     """The first output of the build statement compiling each source (those the graph has)."""
     wanted = {os.path.normpath(source): source for source in sources}
     found: dict[Path, str] = {}
-    for ninja in _ninja_files(build_dir):
-        for line in ninja.read_text(encoding="utf-8", errors="replace").splitlines():
-            match = _BUILD.match(line)
-            if not match:
-                continue
-            explicit = match["inputs"].split(" | ", 1)[0].split(" || ", 1)[0]
-            for word in _unescape(explicit):
-                path = os.path.normpath(word if os.path.isabs(word) else build_dir / word)
-                if path in wanted and wanted[path] not in found:
-                    found[wanted[path]] = _unescape(match["outputs"])[0]
+    for match in _statements(build_dir):
+        explicit = match["inputs"].split(" | ", 1)[0].split(" || ", 1)[0]
+        for word in _unescape(explicit):
+            path = os.path.normpath(word if os.path.isabs(word) else build_dir / word)
+            if path in wanted and wanted[path] not in found:
+                found[wanted[path]] = _unescape(match["outputs"])[0]
     return found
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What fail-fast builds: ninja targets by tree-relative source, and the Metal library's."""
+
+    series: Mapping[str, str]  # the series' units this configuration compiles -> object
+    upstream: Mapping[str, str]  # upstream's MPS sources the series leaves alone -> object
+    skipped: tuple[str, ...]  # units this configuration does not compile
+    metal: str | None  # the metallibs target; None: this configuration has none
+
+    @property
+    def targets(self) -> list[str]:
+        return [*self.series.values(), *self.upstream.values(), *([self.metal] if self.metal else [])]
+
+    def describe(self) -> str:
+        metal = f" and the Metal shader library ({self.metal})" if self.metal else ""
+        return (f"compiling first: the series' {len(self.series)} sources, upstream's "
+                f"{len(self.upstream)} other MPS sources{metal}: "
+                + ", ".join([*self.series, *self.upstream]))
+
+
+def select(tree: Path, build_dir: Path, patches: Sequence[Path]) -> Selection:
+    """The fail-fast targets of ``tree`` configured in ``build_dir`` for this series."""
+    series = series_units(patches)
+    units = fail_fast_units(tree, patches)
+    objects = objects_for(build_dir, [tree / unit for unit in units])
+    built = {unit: objects[tree / unit] for unit in units if tree / unit in objects}
+    return Selection(
+        series={unit: obj for unit, obj in built.items() if unit in series},
+        upstream={unit: obj for unit, obj in built.items() if unit not in series},
+        skipped=tuple(unit for unit in units if unit not in built),
+        metal=target_named(build_dir, METAL_TARGET),
+    )
 
 
 def steps(backend_name: str, interpreter: str, tree: Path, patches: Sequence[Path],
@@ -125,7 +231,8 @@ def steps(backend_name: str, interpreter: str, tree: Path, patches: Sequence[Pat
     return [
         configure,
         Step(
-            "fail fast: compile the sources the series touches or creates before the rest",
+            "fail fast: compile the series' sources, upstream's MPS sources and the Metal "
+            "shader library before the rest",
             (sys.executable, "-m", "intelmac_torch_builder.core.failfast", "--tree", str(tree),
              "--build-dir", str(build_dir), *map(str, patches)),
             cwd=tree, log_name=log_name, path_prepend=bin_dir,
@@ -147,22 +254,31 @@ def main(argv: Sequence[str] | None = None) -> int:
               "configures (the build plan puts it there); remove that build/ and build again.",
               file=sys.stderr)
         return 2
-    units = series_units(args.patches)
-    objects = objects_for(build_dir, [tree / unit for unit in units])
-    skipped = [unit for unit in units if tree / unit not in objects]
-    for unit in skipped:
+    chosen = select(tree, build_dir, args.patches)
+    for unit in chosen.skipped:
         print(f"not compiled in this configuration: {unit}")
-    if not objects:
+    # A tree without upstream's MPS sources (a test fixture, torchvision) has no shaders either.
+    if chosen.metal is None and mps_units(tree) and _on(cache_value(build_dir, "USE_MPS")):
+        print(f"error: MPS is on but {build_dir} has no {METAL_TARGET} target: CMake's probe "
+              f"found no working Metal compiler (CMakeCache.txt: CAN_COMPILE_METAL="
+              f"{cache_value(build_dir, 'CAN_COMPILE_METAL')}), so the wheel would lack "
+              "upstream's shader library. Select an Xcode the line accepts (the preflight "
+              "names the range) with its Metal toolchain (Xcode 26: xcodebuild "
+              "-downloadComponent MetalToolchain), remove build/ and build again.",
+              file=sys.stderr)
+        return 2
+    if not chosen.targets:
         print("the series touches no source this configuration compiles")
         return 0
-    print(f"compiling the series' {len(objects)} sources first: "
-          + ", ".join(str(path.relative_to(tree)) for path in objects))
-    code = subprocess.run(["ninja", "-C", str(build_dir), *objects.values()], check=False).returncode
+    print(chosen.describe())
+    code = subprocess.run(["ninja", "-C", str(build_dir), *chosen.targets], check=False).returncode
     if code != 0:
-        print(f"error: the series' own sources do not compile (the compiler's message is above), "
-              "so the build stops before compiling the rest. Fix the patch that adds or changes "
-              f"the failing source (the series' sources: {_owners(args.patches, [tree / unit for unit in units])}), "
-              "then build again.", file=sys.stderr)
+        owners = _owners(args.patches, [tree / unit for unit in chosen.series])
+        print("error: a fail-fast target does not compile (the message above names it), so "
+              "the build stops before compiling the rest. A source of the series: fix the "
+              f"patch that adds or changes it ({owners}). One of upstream's MPS sources or "
+              "its Metal shaders: the selected Xcode is not one this line builds with; select "
+              "one in the range the preflight names.", file=sys.stderr)
     return code
 
 

@@ -107,6 +107,57 @@ def configured(tree: Path) -> dict[str, str]:
     return found
 
 
+#: Where CMake writes its cache, relative to the source tree (both build backends use build/).
+CACHE = "build/CMakeCache.txt"
+#: ``KEY:TYPE=VALUE``, one entry a line; ``//`` help lines and ``#`` comments are skipped.
+_CACHE_ENTRY = re.compile(r"^(?P<key>[^#/][^:=]*)(?::(?P<type>[A-Z]+))?=(?P<value>.*)$")
+_CMAKE_FALSE = re.compile(r"^(0|OFF|NO|FALSE|N|IGNORE|NOTFOUND|.*-NOTFOUND)?$", re.IGNORECASE)
+
+
+def cmake_cache(path: Path) -> dict[str, str]:
+    """The entries of a ``CMakeCache.txt`` (name to value; the type hint is dropped)."""
+    entries: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        match = _CACHE_ENTRY.match(line)
+        if match:
+            entries[match["key"].strip('"')] = match["value"]
+    return entries
+
+
+def cache_problems(tree: Path, wanted: Features) -> list[str]:
+    """How the choices CMake cached in ``tree`` differ from the catalog's, right after configure.
+
+    Only what PyTorch's CMake keeps in its cache is read here (2.6.0: ``BLAS`` in
+    cmake/Dependencies.cmake, ``MKL_THREADING`` in cmake/Modules/FindMKL.cmake, ``USE_FBGEMM``
+    rewritten with FORCE by caffe2_update_option once FBGEMM is found or not). BLAS_INFO and
+    LAPACK_INFO are plain variables, never cached: configure writes them into macros.h,
+    which ``configured_problems`` reads.
+    """
+    path = tree / CACHE
+    if not path.is_file():
+        return [f"no {path}: CMake has not configured this tree (see the build log)"]
+    cache = cmake_cache(path)
+    problems = []
+    blas = {info: name for name, info in BLAS_INFO.items()}[wanted.blas]
+    if cache.get("BLAS") != blas:
+        problems.append(
+            f"CMake's cache has BLAS={cache.get('BLAS')!r}, but the catalog chose {blas!r} "
+            "(build_env.BLAS did not reach CMake)"
+        )
+    elif blas == "MKL" and cache.get("MKL_THREADING", "OMP") != "OMP":
+        problems.append(
+            f"CMake's cache has MKL_THREADING={cache['MKL_THREADING']!r}: MKL would run every "
+            "BLAS call on one core (or on TBB); the build sets MKL_THREADING=OMP"
+        )
+    fbgemm = cache.get("USE_FBGEMM")
+    if fbgemm is not None and (_CMAKE_FALSE.match(fbgemm) is None) != wanted.fbgemm:
+        problems.append(
+            f"CMake's cache has USE_FBGEMM={fbgemm}, but the catalog says "
+            f"USE_FBGEMM={int(wanted.fbgemm)} (see 'FBGEMM' in the build log)"
+        )
+    return problems
+
+
 def configured_problems(tree: Path, wanted: Features) -> list[str]:
     """How CMake's configure result in ``tree`` differs from what the catalog asked for."""
     found = configured(tree)

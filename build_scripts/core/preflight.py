@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..core.catalog import ReleaseLine
+from ..core.catalog import ReleaseLine, XcodeRange, xcode_for_sdk
 from ..core.errors import BuildError
 from . import _binaries
 
@@ -71,18 +71,31 @@ class Facts:
 _LIBOMP_UNREADABLE: tuple[type[Exception], ...] = (*_binaries.UNREADABLE_MACHO, ValueError)
 
 
-def xcode_for_sdk(sdk: str) -> str:
-    """The first Xcode that ships macOS SDK ``sdk``: 12 for SDK 11 ... 16 for SDK 15, then 26."""
-    major = Version(sdk).major
-    return f"{major}.0" if major >= 26 else f"{major + 1}.0"
-
-
 def xcode_wanted(line: ReleaseLine) -> str:
-    """The Xcode the preflight accepts for ``line``, in words: the catalog's release where it
-    names one ("Xcode 16.4"), else the first that ships the line's SDK ("Xcode 16.0 or later")."""
+    """The Xcode the preflight accepts for ``line``, in words: the catalog's range where it
+    names one ("Xcode 26.2 to 26.6"), else the first that ships the line's SDK and later
+    ("Xcode 16.0 or later")."""
     if line.xcode is not None:
-        return f"Xcode {line.xcode}"
+        return line.xcode.words
     return f"Xcode {xcode_for_sdk(line.macos_sdk_min)} or later"
+
+
+def _xcode_problem(line: ReleaseLine, wanted: XcodeRange, found: str) -> str | None:
+    """Why Xcode ``found`` cannot build ``line`` (None: it is in the catalog's range)."""
+    try:
+        if wanted.admits(found):
+            return None
+        older = Version(found) < Version(wanted.min)
+    except InvalidVersion:
+        older = True
+    why = wanted.min_evidence if older else wanted.max_evidence
+    widen = "" if older else (
+        " Built it with a newer one? Put that evidence in xcode.max_evidence and raise xcode.max.")
+    return (
+        f"Xcode {found} is selected, but PyTorch {line.version} builds with {wanted.words} "
+        f"(patches/catalog.yaml, field xcode; {'min' if older else 'max'}: {why}). Select one "
+        f"in that range, e.g.: sudo xcode-select -s /Applications/Xcode_{wanted.runner}.app.{widen}"
+    )
 
 
 def _older(found: str, wanted: str) -> bool:
@@ -90,16 +103,6 @@ def _older(found: str, wanted: str) -> bool:
         return Version(found) < Version(wanted)
     except InvalidVersion:
         return True
-
-
-def _same_release(found: str, wanted: str) -> bool:
-    """Whether Xcode ``found`` is ``wanted`` ("16.4" is 16.4 and 16.4.0, not 16.4.1)."""
-    try:
-        have, want = Version(found).release, Version(wanted).release
-    except InvalidVersion:
-        return False
-    width = max(len(have), len(want))
-    return have + (0,) * (width - len(have)) == want + (0,) * (width - len(want))
 
 
 def _release(text: str | None) -> tuple[int, ...] | None:
@@ -162,18 +165,15 @@ def check(
             f"Line Tools alone have no Metal compiler). Install {xcode_wanted(line)} and select "
             "it: sudo xcode-select -s /Applications/Xcode.app"
         )
+    elif line.xcode is not None:
+        problem = _xcode_problem(line, line.xcode, facts.xcode)
+        if problem:
+            problems.append(problem)
     elif _older(facts.xcode, xcode_min):
         problems.append(
             f"Xcode {facts.xcode} is too old for PyTorch {line.version}: its MPS sources need "
             f"the macOS {sdk_min} SDK's Metal/MPSGraph APIs, which come with Xcode {xcode_min}. "
             "Install a newer Xcode and select it with xcode-select."
-        )
-    elif line.xcode is not None and not _same_release(facts.xcode, line.xcode):
-        problems.append(
-            f"Xcode {facts.xcode} is selected, but PyTorch {line.version} is built with Xcode "
-            f"{line.xcode} (patches/catalog.yaml, field xcode): its compiler and Metal "
-            "toolchain decide what the wheel holds. Select it: sudo xcode-select -s "
-            f"/Applications/Xcode_{line.xcode}.app"
         )
     if facts.sdk is None:
         problems.append("No macOS SDK found (`xcrun --sdk macosx --show-sdk-version` fails).")

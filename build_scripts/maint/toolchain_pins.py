@@ -19,6 +19,11 @@ module-level imports of a real source tree's build (``setup.py`` and the generat
 runs) and fails when a third-party module they import is not pinned; ``.ci/run`` runs it on
 the real 2.6.0 tree. ``make test`` checks the
 files on their own (``core/toolchain.problems``).
+
+``check`` also checks the orchestrator's own pins (``patches/toolchain/orchestrator.txt``,
+which ``make build`` and the release workflow install; ``uv pip compile`` writes it, as its
+header says): for each Python the project supports on each platform it runs on, pip picks
+a file whose hash is pinned, and every dependency is pinned.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlparse
 
+from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
 from ..core import catalog as catalog_mod
@@ -77,7 +83,9 @@ def pip_picks(
         (folder / "requirements.txt").write_text("\n".join(requirements) + "\n")
         argv = [
             sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
-            "--disable-pip-version-check", "--only-binary=:all:", "--platform", platform,
+            "--disable-pip-version-check", "--only-binary=:all:",
+            # "a,b": every tag a host of that kind accepts (a Linux host takes older manylinux).
+            *(flag for tag in platform.split(",") for flag in ("--platform", tag)),
             "--python-version", python, "--implementation", "cp", "--target", str(folder / "t"),
             "--report", str(folder / "report.json"), "-r", str(folder / "requirements.txt"),
         ]  # fmt: skip
@@ -152,6 +160,68 @@ def refresh(line: ReleaseLine) -> Path:
     ]
     line.pins.write_text(toolchain.render(chain.header, pins), encoding="utf-8")
     return line.pins
+
+
+#: The orchestrator's own pins, and where it runs: CI's Linux jobs and Intel Mac build jobs,
+#: and a developer's Mac or Linux machine, with any Python the project supports.
+ORCHESTRATOR_PINS = catalog_mod.PATCHES_DIR / "toolchain" / "orchestrator.txt"
+ORCHESTRATOR_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+ORCHESTRATOR_PLATFORMS = (
+    "macosx_13_0_x86_64",
+    "macosx_14_0_arm64",
+    "manylinux_2_28_x86_64,manylinux_2_17_x86_64,manylinux2014_x86_64",
+)
+
+
+def marker_environment(python: str, platform: str) -> dict[str, str]:
+    """The environment markers of CPython ``python`` on the wheel platform ``platform``."""
+    darwin = platform.startswith("macosx")
+    return {
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "sys_platform": "darwin" if darwin else "linux",
+        "platform_system": "Darwin" if darwin else "Linux",
+        "platform_machine": platform.split(",")[0].rsplit("_", 1)[-1] if darwin else "x86_64",
+        "os_name": "posix",
+    }
+
+
+def orchestrator_problems(path: Path = ORCHESTRATOR_PINS) -> list[str]:
+    """Where pip would install a file of the orchestrator's that ``path`` does not pin."""
+    chain = toolchain.load(path)
+    jobs = []
+    for python in ORCHESTRATOR_PYTHONS:
+        for platform in ORCHESTRATOR_PLATFORMS:
+            environment = marker_environment(python, platform)
+            pins = [pin for pin in chain.pins
+                    if pin.marker is None or Marker(pin.marker).evaluate(environment)]
+            jobs.append((python, platform, pins))
+
+    def picks(job: tuple[str, str, list[toolchain.Pin]]) -> list[Picked]:
+        python, platform, pins = job
+        return pip_picks([f"{pin.name}=={pin.version}" for pin in pins], python, platform,
+                         with_deps=True)
+
+    # pip spends its time waiting for the index; four at a time keeps a small machine usable.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(picks, jobs))
+    found = []
+    for (python, platform, pins), picked in zip(jobs, results):
+        # pip evaluates the dependencies' own markers for the interpreter it runs on, not for
+        # --python-version, so it may add one the target does not need (typing-extensions on
+        # 3.13): a pin of that name for another environment, with the file's hash, will do.
+        pinned = {pin.name: pin for pin in chain.pins} | {pin.name: pin for pin in pins}
+        for pick in picked:
+            pin = pinned.get(pick.name)
+            if pin is None:
+                found.append(f"{path.name}: Python {python} on {platform}: {pick.name} "
+                             f"{pick.version} is a dependency but is not pinned for it")
+            elif pick.sha256 not in pin.hashes:
+                found.append(f"{path.name}:{pin.line}: Python {python} on {platform}: pip picks "
+                             f"{pick.filename} (sha256 {pick.sha256}), whose hash is not pinned")
+    return sorted(set(found))
 
 
 def check(line: ReleaseLine) -> list[str]:
@@ -321,6 +391,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not problems:
             print(f"{line.version}: {line.pins.name} matches the registry for "
                   f"Python {', '.join(line.python)} on {', '.join(CHECK_PLATFORMS)}")  # fmt: skip
+        failed = failed or bool(problems)
+    if args.action == "check" and not args.line:
+        try:
+            problems = orchestrator_problems()
+        except BuildError as exc:
+            print(f"error: {ORCHESTRATOR_PINS.name}: {exc}", file=sys.stderr)
+            return 1
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if not problems:
+            print(f"{ORCHESTRATOR_PINS.name} matches the registry for Python "
+                  f"{', '.join(ORCHESTRATOR_PYTHONS)} on {', '.join(ORCHESTRATOR_PLATFORMS)}")
         failed = failed or bool(problems)
     return 1 if failed else 0
 

@@ -115,12 +115,15 @@ def blas_command(options: Options, python: PythonTarget, prefix: Path) -> tuple[
 def check_configured(options: Options) -> None:
     """Stop when CMake did not configure what the catalog chose (BLAS, MKL threading, oneDNN).
 
-    With BLAS set by hand PyTorch's CMake already refuses a missing MKL; this also catches a
-    sequential MKL or another BLAS winning, before any wheel of the line is repaired.
+    Runs right after CMake configures alone, before anything compiles: CMakeCache.txt holds
+    the BLAS request, MKL's threading and FBGEMM's outcome; the headers configure writes
+    (macros.h, ATen's Config.h) hold BLAS_INFO, LAPACK_INFO and AT_MKL_*. With BLAS set by
+    hand PyTorch's CMake already refuses a missing MKL; this also catches a sequential MKL or
+    another BLAS winning, hours before a wrong wheel would be built.
     """
     tree = options.layout.patched_tree
     wanted = features.of(options.line.build_env, options.line.title)
-    problems = features.configured_problems(tree, wanted)
+    problems = features.cache_problems(tree, wanted) + features.configured_problems(tree, wanted)
     if problems:
         prefix = blas_prefix(options)
         hint = (
@@ -434,7 +437,10 @@ def python_steps(options: Options, index: int) -> list[Step]:
             )
         )
     if index == 0:
-        steps += _failfast_steps(options, python, log_name)
+        # The configure step first, then the configure result against the catalog, then the
+        # fail-fast compile: a wrong BLAS stops the build before anything compiles.
+        configure, *compile_first = _failfast_steps(options, python, log_name)
+        steps += [configure, _configured_step(options), *compile_first]
     what = (
         "compiles everything"
         if index == 0
@@ -450,15 +456,16 @@ def python_steps(options: Options, index: int) -> list[Step]:
             path_prepend=venv / "bin",
         )
     )
-    if index == 0:
-        steps.append(
-            Step(
-                "check CMake's configure result against the catalog (BLAS_INFO, LAPACK_INFO, "
-                "MKL's threading, oneDNN) before any wheel of the line is repaired",
-                action=lambda: check_configured(options),
-            )
-        )
     return steps
+
+
+def _configured_step(options: Options) -> Step:
+    return Step(
+        "check CMake's configure result against the catalog before anything compiles "
+        "(CMakeCache.txt: BLAS, MKL_THREADING, USE_FBGEMM; macros.h: BLAS_INFO, LAPACK_INFO; "
+        "ATen/Config.h: AT_MKL_ENABLED, AT_MKL_SEQUENTIAL, AT_MKLDNN_ENABLED)",
+        action=lambda: check_configured(options),
+    )
 
 
 def _failfast_steps(options: Options, python: PythonTarget, log_name: str) -> list[Step]:

@@ -4,7 +4,10 @@ Only a wheel with a ``verified.json`` whose sha256 still matches the file is cop
 Each wheel in ``wheels/`` has ``<wheel>.build.json`` beside it (its build information plus
 its own sha256); the index lists exactly the wheels that have one. Every file is written
 beside its destination and moved into place with os.replace, so pip never reads a half
-written page or a wheel the page does not describe yet.
+written page or a wheel the page does not describe yet. A file name in ``wheels/`` never
+changes bytes: a rebuild whose wheel has the name of one already there with another sha256
+is refused (installs pinned to the old hash would break), and the new wheel stays in the
+build's dist folder.
 
     pip install --extra-index-url file://$PWD/wheels/simple torch==2.6.0+intelmac
 """
@@ -67,6 +70,23 @@ def write_index(wheels_dir: Path) -> dict[str, list[str]]:
     return {project: [filename for filename, _ in files] for project, files in projects.items()}
 
 
+def refuse_swap(destination: Path, sha256: str, built: Path) -> None:
+    """A BuildError when ``destination`` exists with bytes other than ``sha256``."""
+    if not destination.is_file():
+        return
+    present = _fsutil.sha256_file(destination)
+    if present == sha256:
+        return
+    raise BuildError(
+        f"{destination} is already in the index with sha256 {present}; this build's wheel "
+        f"({built}) has the same name and sha256 {sha256}. A file name in the index never "
+        "changes bytes: installs pinned to the old hash would break. If nothing installs the "
+        f"old wheel by its hash, remove it ({destination} and {build_json(destination).name}) "
+        "then add the new one, which is kept in the build's dist folder: python -m "
+        "intelmac_torch_builder index with the same --torch and --python."
+    )
+
+
 def index(options: Options, log: Log) -> list[Path]:
     log.step(f"index: {options.wheels_dir}")
     wheels_dir = options.wheels_dir
@@ -81,6 +101,7 @@ def index(options: Options, log: Log) -> list[Path]:
                     "It was not added to the index."
                 )
             destination = wheels_dir / wheel.name
+            refuse_swap(destination, record["sha256"], wheel)
             _fsutil.copy_file_atomic(wheel, destination)
             meta = {
                 **(record.get("build_info") or {}),

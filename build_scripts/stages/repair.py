@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from ..core import _binaries, _fsutil, _stage, buildinfo, companion, macho_checks
+from ..core import _binaries, _fsutil, _stage, buildinfo, companion, macho_checks, openmp_layout
 from ..core import host as host_mod
 from ..core._log import Log
 from ..core._plan import Section, Step, environment
@@ -116,8 +116,9 @@ def build_info(options: Options, record: dict[str, Any], repair_note: str) -> di
     }
 
 
-#: Where upstream's macOS wheels (2.6.0 to 2.15.0) carry OpenMP's header, for C++ extensions.
-OMP_HEADER = "torch/include/omp.h"
+#: Where upstream's macOS wheels (2.6.0 to 2.15.0) carry OpenMP's header, for C++ extensions
+#: and torch.compile's CPU code.
+OMP_HEADER = openmp_layout.OMP_HEADER
 
 
 def omp_header(options: Options, record: dict[str, Any]) -> dict[str, bytes]:
@@ -213,6 +214,10 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                 "delocate-wheel --require-archs x86_64 --sanitize-rpaths: non-system libraries "
                 "(libomp) bundled, rpaths outside the wheel removed"
             )
+            if options.companion_of is None:
+                # delocate put libomp in torch/.dylibs; torch.compile links -lomp in torch/lib.
+                wheel = openmp_layout.relocate(wheel, Path(scratch) / "openmp")
+                note += f"; libomp moved to {openmp_layout.OMP_LIBRARY}, where upstream's wheels keep it"
         else:
             wheel = raw
             note = (
@@ -265,6 +270,14 @@ def plan(options: Options) -> Section:
                     delocate_argv(raw, out, delocate_extra(options)),
                 )
             )
+            if options.companion_of is None:
+                steps.append(
+                    Step(
+                        f"{python.tag}: move the bundled libomp from torch/.dylibs to "
+                        f"{openmp_layout.OMP_LIBRARY} (where torch.compile's -lomp finds it, as in "
+                        "upstream's wheels) and point every binary's install name at it"
+                    )
+                )
         else:
             steps.append(Step(f"{python.tag}: delocate skipped (generic setuptools wheel)"))
         steps.append(

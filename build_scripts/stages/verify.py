@@ -53,6 +53,7 @@ from ..core import (
     contract,
     image_io,
     macho_checks,
+    openmp_layout,
     patching,
 )
 from ..core._log import Log
@@ -88,6 +89,8 @@ class Expectation:
     macos_target: str | None = None
     # A macOS torchvision: its image extension links these codecs, bundled in the wheel.
     image_codecs: tuple[str, ...] = ()
+    # A macOS torch: one OpenMP runtime, where upstream's wheels keep it (openmp_layout).
+    openmp_layout: bool = False
 
 
 def expectation(options: Options, python: PythonTarget, source: SourceRecord | None) -> Expectation:
@@ -105,6 +108,7 @@ def expectation(options: Options, python: PythonTarget, source: SourceRecord | N
             python_tags=expect.python_tags | {"py3"},
             abi_tags=expect.abi_tags | {"abi3"},
             compiled_markers=(),
+            openmp_layout=False,
             requires=companion.torch_requirement(options),
             mps_markers=companion.MPS_MARKERS,
             links_torch=options.builder == "pytorch-macos",
@@ -131,6 +135,7 @@ def _torch_expectation(
             # MPSDevice.mm was compiled in (a stale build tree would lack them).
             compiled_markers=(contract.ALLOW_ENV, contract.DEVICE_ENV),
             macos_target=options.line.macos_deployment_target,
+            openmp_layout=True,
         )  # fmt: skip
     host_platform = re.sub(r"[-.]", "_", sysconfig.get_platform())
     major = python.version.split(".")[0]
@@ -554,6 +559,21 @@ def check_image_codecs(archive: zipfile.ZipFile, codecs: tuple[str, ...]) -> lis
     return [Finding("image codecs", not problems, detail)]
 
 
+def check_openmp(archive: zipfile.ZipFile, wanted: bool) -> list[Finding]:
+    """One OpenMP runtime at torch/lib/libomp.dylib, which every binary links, and omp.h.
+
+    Upstream's layout (openmp_layout): torch.compile's CPU code links -lomp against torch/lib.
+    """
+    if not wanted:
+        return []
+    found = openmp_layout.problems(set(archive.namelist()), openmp_layout.read_machos(archive))
+    detail = "; ".join(found) or (
+        f"{openmp_layout.OMP_LIBRARY} is the one OpenMP runtime and every binary links it; "
+        f"{openmp_layout.OMP_HEADER} beside it (where torch.compile's -lomp finds them)"
+    )
+    return [Finding("OpenMP layout", not found, detail)]
+
+
 def verify_wheel(
     wheel: Path, expect: Expectation, tree: Path, patches: tuple[Path, ...]
 ) -> list[Finding]:
@@ -574,6 +594,7 @@ def verify_wheel(
             findings += check_mps_kernels(archive, expect.mps_markers)
             findings += check_torch_linkage(archive, expect)
             findings += check_image_codecs(archive, expect.image_codecs)
+            findings += check_openmp(archive, expect.openmp_layout)
     except zipfile.BadZipFile as exc:
         findings.append(Finding("zip", False, f"not a readable wheel: {exc}"))
     return findings
@@ -636,6 +657,11 @@ def plan(options: Options) -> Section:
             "build info, patched files present, no build-machine rpaths"
             + (
                 f", no Mach-O above macOS {options.line.macos_deployment_target}"
+                + (
+                    f", one OpenMP runtime at {openmp_layout.OMP_LIBRARY} (upstream's layout)"
+                    if options.companion_of is None
+                    else ""
+                )
                 if options.builder == "pytorch-macos"
                 else ""
             )

@@ -28,3 +28,10 @@ def test_begin_validation_stops_with_3_when_the_preflight_fails(tmp_path: Path) 
     assert done.returncode == 3 and "reached" not in done.stdout
     assert "expecttest (OpInfo imports it) is missing" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_begin_validation_without_opinfo_needs_no_expecttest(tmp_path: Path) -> None:
+    # A run without the parity group (validate_cuda_workloads.sh) starts on a Python that lacks it.
+    (tmp_path / "wheels").mkdir()
+    done = _bash("begin_validation out no-opinfo; echo reached", tmp_path, PY="/bin/false", WHEELS=str(tmp_path / "wheels"))
+    assert done.returncode == 0 and "reached" in done.stdout, done.stderr

@@ -3,7 +3,10 @@ every figure with its source, and enough warm-up jobs for the modelled compile."
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -95,3 +98,75 @@ def test_the_docs_quote_the_model_as_it_is() -> None:
     assert f"needs **{plan_.jobs_needed}** warm-up jobs" in text
     assert f"release.yml has **{budget.WARMUP_JOBS}**" in text
     assert f"A `wheel` job is **{budget.job_minutes('wheel', line):.0f} minutes**" in text
+
+
+def test_the_docs_quote_the_fail_fast_model() -> None:
+    from ci_support import REPO
+
+    text = " ".join((REPO / "docs" / "releasing.md").read_text(encoding="utf-8").split())
+    lines = catalog_module.load()
+    first, last = lines.line("2.6.0"), lines.line("2.15.0")
+    assert (f"about {budget.failfast_minutes(first):.0f} minutes (2.6.0) to "
+            f"{budget.failfast_minutes(last):.0f} minutes (2.15.0)") in text
+    assert f"**{budget.failfast_extra_minutes():.1f} minutes** per build job" in text
+    count = budget.FAILFAST_COUNTS["2.6.0"]
+    assert (f"2.6.0's real tree has {count.mps_sources} MPS sources and {count.shaders} shaders, "
+            f"built into {count.libraries} libraries") in text
+    assert f"at most {budget.SHADERS_UPPER_BOUND} shaders each" in text
+
+
+def test_the_plan_prints_the_fail_fast_step(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["ci-plan", "--lines", "2.14.1", "--pythons", "3.12"]) == 0
+    out = capsys.readouterr().out
+    minutes = budget.failfast_minutes(catalog_module.load().line("2.14.1"))
+    assert (f"stops the job within 2.14.1 {minutes:.0f} min of compiling; it adds "
+            f"{budget.failfast_extra_minutes():.1f} min to each build job") in out
+
+
+UPSTREAM_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytorch-upstream"
+_MPS_PATH = re.compile(rb"aten/src/ATen/(?:mps|native/mps)/[A-Za-z0-9_/]+\.mm")
+
+
+def _upstream(name: str) -> Path:
+    path = UPSTREAM_CACHE / name
+    if not path.exists():
+        why = f"no {name} in {UPSTREAM_CACHE}: make upstream-material fetches it"
+        if os.environ.get("INTELMAC_REQUIRE_WHEELS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return path
+
+
+def _section_names(path: Path) -> set[str]:
+    """The section names of a thin 64-bit Mach-O (the official arm64 wheels' libraries)."""
+    data = path.read_bytes()
+    assert struct.unpack_from("<I", data)[0] == 0xFEEDFACF, path
+    ncmds = struct.unpack_from("<I", data, 16)[0]
+    offset, names = 32, set()
+    for _ in range(ncmds):
+        cmd, size = struct.unpack_from("<II", data, offset)
+        if cmd == 0x19:  # LC_SEGMENT_64: 72 bytes, then 80 per section
+            nsects = struct.unpack_from("<I", data, offset + 64)[0]
+            for index in range(nsects):
+                raw = data[offset + 72 + 80 * index: offset + 72 + 80 * index + 16]
+                names.add(raw.rstrip(b"\0").decode())
+        offset += size
+    return names
+
+
+def test_the_2_6_0_counts_are_the_real_trees() -> None:
+    from intelmac_torch_builder.core import failfast
+
+    tree = _upstream("pytorch-v2.6.0")
+    count = budget.FAILFAST_COUNTS["2.6.0"]
+    assert count.mps_sources == budget.TREE_MPS_2_6_0 == len(failfast.mps_units(tree))
+    assert count.shaders == len(list((tree / "aten/src/ATen/native/mps").rglob("*.metal")))
+
+
+@pytest.mark.parametrize("version", sorted(budget.BINARY_MPS_PATHS))
+def test_the_binary_counts_are_the_official_wheels(version: str) -> None:
+    lib = _upstream(f"wheel-{version}-arm64") / "torch" / "lib" / "libtorch_cpu.dylib"
+    paths = set(_MPS_PATH.findall(lib.read_bytes()))
+    assert budget.BINARY_MPS_PATHS[version] == len(paths)
+    libraries = {name for name in _section_names(lib) if name.startswith("metal_")} - {"metal_prepack"}
+    assert budget.FAILFAST_COUNTS[version].libraries == len(libraries), sorted(libraries)

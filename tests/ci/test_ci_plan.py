@@ -111,7 +111,8 @@ def test_publish_commands_for_a_tag(catalog: catalog_module.Catalog) -> None:
     (release,) = runs_of(result, "release")
     script = "\n".join(commands(release))
     assert 'gh release create "v2.14.1-2" --draft' in script
-    assert script.index("--draft --verify-tag") < script.index('gh release edit "v2.14.1-2" --draft=false')
+    assert script.index("--draft --verify-tag") < script.index(
+        'python -m intelmac_torch_builder.ci.release_status --tag "v2.14.1-2" --publish')
     assert "is already published" in script
     (pages,) = runs_of(result, "pages")
     assert ('python -m intelmac_torch_builder.ci.publish_index build --releases releases --download-base '

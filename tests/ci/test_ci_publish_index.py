@@ -14,6 +14,8 @@ from ci_support import build_fake_wheel
 from pytest_httpserver import HTTPServer
 from werkzeug.wrappers import Request, Response
 
+from intelmac_torch_builder.ci import wheel_names
+
 
 def sums_line(path: Path) -> str:
     return f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}\n"
@@ -44,46 +46,84 @@ def serve(httpserver: HTTPServer, site: Path, assets: Path) -> None:
     httpserver.expect_request(re.compile(".*")).respond_with_handler(handler)
 
 
-def pip_download(index: str, dest: Path, requirement: str) -> subprocess.CompletedProcess[str]:
+def pip_download(index: str, dest: Path, *requirement: str) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull  # only our index, whatever this machine's pip config says
     return subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--index-url",
-                           index, "--dest", str(dest), requirement], capture_output=True,
+                           index, "--dest", str(dest), *requirement], capture_output=True,
                           text=True, timeout=300, check=False, env=env)
+
+
+def write_sums(sums: Path, order: list[str], *wheels: Path) -> None:
+    """releases/<tag>/SHA256SUMS for wheels under assets/<tag>/, and ORDER."""
+    for wheel in wheels:
+        folder = sums / wheel.parent.name
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "SHA256SUMS").open("a") as handle:
+            handle.write(sums_line(wheel))
+    (sums / "ORDER").write_text("".join(f"{tag}\n" for tag in order))
 
 
 @pytest.fixture()
 def releases(tmp_path: Path) -> tuple[Path, Path]:
-    """Two releases: v2.15.0-1, then v2.15.0-2 re-releasing a changed wheel of the same name."""
+    """v2.14.1-1, v2.15.0-1, then v2.15.0-2: a rebuild of the same version with other bytes,
+    named with its build number by ci/wheel_names.py as the attest job does."""
     assets = tmp_path / "assets"
     old = build_fake_wheel(assets / "v2.15.0-1", default=True)
     new = build_fake_wheel(assets / "v2.15.0-2")
     assert old.name == new.name and old.read_bytes() != new.read_bytes()
+    assert wheel_names.main(["--tag", "v2.15.0-2", str(new.parent)]) == 0
+    assert wheel_names.main(["--tag", "v2.15.0-1", str(old.parent)]) == 0  # the first: as built
+    (new,) = new.parent.glob("*.whl")
+    assert new.name == "torch-2.15.0+intelmac-2-py3-none-any.whl" and old.is_file()
     other = build_fake_wheel(assets / "v2.14.1-1", version="2.14.1+intelmac")
-    sums = tmp_path / "releases"
-    for wheel in (old, new, other):
-        folder = sums / wheel.parent.name
-        folder.mkdir(parents=True)
-        (folder / "SHA256SUMS").write_text(sums_line(wheel))
-    (sums / "ORDER").write_text("v2.14.1-1\nv2.15.0-1\nv2.15.0-2\n")
-    return sums, assets
+    write_sums(tmp_path / "releases", ["v2.14.1-1", "v2.15.0-1", "v2.15.0-2"], old, new, other)
+    return tmp_path / "releases", assets
 
 
-def test_index_links_each_wheel_once_with_its_hash(tmp_path: Path,
-                                                   releases: tuple[Path, Path]) -> None:
+def test_index_links_each_build_under_its_own_name_with_its_hash(
+        tmp_path: Path, releases: tuple[Path, Path]) -> None:
     sums, assets = releases
     result = publish(sums, tmp_path / "site", "https://github.com/me/repo/releases/download")
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "site" / "simple" / "torch" / "index.html").read_text()
-    new = assets / "v2.15.0-2" / "torch-2.15.0+intelmac-py3-none-any.whl"
-    digest = hashlib.sha256(new.read_bytes()).hexdigest()
-    assert ('href="https://github.com/me/repo/releases/download/v2.15.0-2/'
-            f'torch-2.15.0%2Bintelmac-py3-none-any.whl#sha256={digest}"') in page
-    assert page.count("torch-2.15.0+intelmac-py3-none-any.whl</a>") == 1
-    assert "v2.15.0-1/" not in page  # replaced by the re-release
+    for tag, name in (("v2.15.0-1", "torch-2.15.0+intelmac-py3-none-any.whl"),
+                      ("v2.15.0-2", "torch-2.15.0+intelmac-2-py3-none-any.whl")):
+        digest = hashlib.sha256((assets / tag / name).read_bytes()).hexdigest()
+        assert (f'href="https://github.com/me/repo/releases/download/{tag}/'
+                f'{name.replace("+", "%2B")}#sha256={digest}"') in page
+        assert page.count(f"{name}</a>") == 1
     assert "torch-2.14.1+intelmac" in page  # older releases stay installable
-    assert "replaced by the one of v2.15.0-2" in result.stderr
     assert '<a href="torch/">torch</a>' in (tmp_path / "site" / "simple" / "index.html").read_text()
+
+
+def test_the_index_refuses_a_published_name_with_other_bytes(tmp_path: Path) -> None:
+    """A -2 rebuild uploaded under the -1 wheel's name would break every hash-pinned install."""
+    assets = tmp_path / "assets"
+    old = build_fake_wheel(assets / "v2.15.0-1", default=True)
+    new = build_fake_wheel(assets / "v2.15.0-2")
+    write_sums(tmp_path / "releases", ["v2.15.0-1", "v2.15.0-2"], old, new)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text("the index deployed before")
+    result = publish(tmp_path / "releases", tmp_path / "site", "https://example.invalid/d")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert ("torch-2.15.0+intelmac-py3-none-any.whl is published by v2.15.0-1 with sha256 "
+            f"{hashlib.sha256(old.read_bytes()).hexdigest()} and again by v2.15.0-2") in result.stderr
+    assert "never changes bytes" in result.stderr and "ci/wheel_names.py" in result.stderr
+    assert (tmp_path / "site" / "index.html").read_text() == "the index deployed before"
+
+
+def test_the_same_file_in_two_releases_is_indexed_once_from_the_first(tmp_path: Path) -> None:
+    assets = tmp_path / "assets"
+    wheel = build_fake_wheel(assets / "v2.15.0-1")
+    again = assets / "v2.15.0-2" / wheel.name
+    again.parent.mkdir()
+    again.write_bytes(wheel.read_bytes())
+    write_sums(tmp_path / "releases", ["v2.15.0-1", "v2.15.0-2"], wheel, again)
+    result = publish(tmp_path / "releases", tmp_path / "site", "https://example.invalid/d")
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "site" / "simple" / "torch" / "index.html").read_text()
+    assert page.count(f"{wheel.name}</a>") == 1 and "/v2.15.0-1/" in page
 
 
 def test_pip_installs_from_the_index_and_checks_the_hash(tmp_path: Path, httpserver: HTTPServer,
@@ -94,14 +134,32 @@ def test_pip_installs_from_the_index_and_checks_the_hash(tmp_path: Path, httpser
     result = pip_download(httpserver.url_for("/simple"), tmp_path / "got", "torch==2.15.0+intelmac")
     assert result.returncode == 0, result.stdout + result.stderr
     (got,) = (tmp_path / "got").iterdir()
+    # Of one version's files, pip takes the highest build number: the rebuild.
+    assert got.name == "torch-2.15.0+intelmac-2-py3-none-any.whl"
     assert got.read_bytes() == (assets / "v2.15.0-2" / got.name).read_bytes()
+
+
+def test_an_install_pinned_to_the_first_build_s_hash_still_gets_it(
+        tmp_path: Path, httpserver: HTTPServer, releases: tuple[Path, Path]) -> None:
+    sums, assets = releases
+    assert publish(sums, tmp_path / "site", httpserver.url_for("/download")).returncode == 0
+    serve(httpserver, tmp_path / "site", assets)
+    first = assets / "v2.15.0-1" / "torch-2.15.0+intelmac-py3-none-any.whl"
+    pinned = tmp_path / "requirements.txt"
+    pinned.write_text("torch==2.15.0+intelmac --hash=sha256:"
+                      f"{hashlib.sha256(first.read_bytes()).hexdigest()}\n")
+    result = pip_download(httpserver.url_for("/simple"), tmp_path / "got", "--require-hashes",
+                          "-r", str(pinned))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (got,) = (tmp_path / "got").iterdir()
+    assert got.read_bytes() == first.read_bytes()
 
 
 def test_pip_refuses_a_wheel_that_does_not_match_the_index(tmp_path: Path, httpserver: HTTPServer,
                                                            releases: tuple[Path, Path]) -> None:
     sums, assets = releases
     assert publish(sums, tmp_path / "site", httpserver.url_for("/download")).returncode == 0
-    tampered = assets / "v2.15.0-2" / "torch-2.15.0+intelmac-py3-none-any.whl"
+    tampered = assets / "v2.15.0-2" / "torch-2.15.0+intelmac-2-py3-none-any.whl"
     tampered.write_bytes(tampered.read_bytes() + b"\0")
     serve(httpserver, tmp_path / "site", assets)
     result = pip_download(httpserver.url_for("/simple"), tmp_path / "got", "torch==2.15.0+intelmac")
@@ -127,35 +185,81 @@ def test_bad_input_is_refused(tmp_path: Path, tag: str, line: str, message: str)
     assert not (tmp_path / "site").exists()
 
 
-def test_collect_downloads_every_published_release_oldest_first(tmp_path: Path) -> None:
-    # A stand-in for the gh CLI: the release list and the SHA256SUMS of each release.
+LISTING = [
+    {"tagName": "v2.15.0-2", "isDraft": False, "publishedAt": "2026-11-20T00:00:00Z"},
+    {"tagName": "draft-1", "isDraft": True, "publishedAt": "2026-11-21T00:00:00Z"},
+    {"tagName": "v2.15.0-1", "isDraft": False, "publishedAt": "2026-11-01T00:00:00Z"},
+    {"tagName": "some-other-tag", "isDraft": False, "publishedAt": "2026-10-01T00:00:00Z"},
+]
+
+
+def collect(tmp_path: Path, base: str) -> subprocess.CompletedProcess[str]:
+    """collect with a stand-in for the gh CLI that lists LISTING; the SHA256SUMS come over HTTP."""
     fake = tmp_path / "bin" / "gh"
-    fake.parent.mkdir()
-    listing = [
-        {"tagName": "v2.15.0-2", "isDraft": False, "publishedAt": "2026-11-20T00:00:00Z"},
-        {"tagName": "draft-1", "isDraft": True, "publishedAt": "2026-11-21T00:00:00Z"},
-        {"tagName": "v2.15.0-1", "isDraft": False, "publishedAt": "2026-11-01T00:00:00Z"},
-        {"tagName": "some-other-tag", "isDraft": False, "publishedAt": "2026-10-01T00:00:00Z"},
-    ]
+    fake.parent.mkdir(exist_ok=True)
     fake.write_text(f"""#!{sys.executable}
-import json, pathlib, sys
-args = sys.argv[1:]
-if args[:2] == ["release", "list"]:
-    print(json.dumps({listing!r}))
-elif args[:2] == ["release", "download"]:
-    folder = pathlib.Path(args[args.index("--dir") + 1])
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "SHA256SUMS").write_text("sums of " + args[2])
+import json, sys
+if sys.argv[1:3] == ["release", "list"]:
+    print(json.dumps({LISTING!r}))
 else:
-    sys.exit("unexpected: " + " ".join(args))
+    sys.exit("unexpected: " + " ".join(sys.argv[1:]))
 """)
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}", "GH_REPO": "me/repo"}
-    result = subprocess.run([sys.executable, "-m", "intelmac_torch_builder.ci.publish_index", "collect", "--out", str(tmp_path / "r")],
-                            capture_output=True, text=True, timeout=60, check=False, env=env)
+    return subprocess.run([sys.executable, "-m", "intelmac_torch_builder.ci.publish_index", "collect",
+                           "--out", str(tmp_path / "r"), "--download-base", base,
+                           "--retries", "3", "--backoff", "0.1"],
+                          capture_output=True, text=True, timeout=120, check=False, env=env)
+
+
+def flaky_sums(httpserver: HTTPServer, failures: dict[str, int]) -> list[str]:
+    """Serve /download/<tag>/SHA256SUMS; each tag first answers 503 failures[tag] times."""
+    seen: list[str] = []
+
+    def handler(request: Request) -> Response:
+        tag = request.path.split("/")[2]
+        seen.append(tag)
+        if failures.get(tag, 0) > 0:
+            failures[tag] -= 1
+            return Response("busy", status=503)
+        return Response(f"sums of {tag}\n", content_type="application/octet-stream")
+
+    httpserver.expect_request(re.compile("/download/.*/SHA256SUMS")).respond_with_handler(handler)
+    return seen
+
+
+def test_collect_downloads_every_published_release_oldest_first(tmp_path: Path,
+                                                                 httpserver: HTTPServer) -> None:
+    flaky_sums(httpserver, {})
+    result = collect(tmp_path, httpserver.url_for("/download"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "r" / "ORDER").read_text() == "v2.15.0-1\nv2.15.0-2\n"
-    assert (tmp_path / "r" / "v2.15.0-2" / "SHA256SUMS").read_text() == "sums of v2.15.0-2"
+    assert (tmp_path / "r" / "v2.15.0-2" / "SHA256SUMS").read_text() == "sums of v2.15.0-2\n"
+    assert sorted(path.name for path in (tmp_path / "r" / "v2.15.0-2").iterdir()) == ["SHA256SUMS"]
+
+
+def test_collect_retries_a_transient_failure(tmp_path: Path, httpserver: HTTPServer) -> None:
+    seen = flaky_sums(httpserver, {"v2.15.0-1": 2})
+    result = collect(tmp_path, httpserver.url_for("/download"))
+    assert result.returncode == 0, result.stderr
+    assert seen.count("v2.15.0-1") == 3  # two 503s, then the file
+    assert "HTTP 503" in result.stderr and "retry 1/3" in result.stderr
+    assert (tmp_path / "r" / "v2.15.0-1" / "SHA256SUMS").read_text() == "sums of v2.15.0-1\n"
+    assert (tmp_path / "r" / "ORDER").read_text() == "v2.15.0-1\nv2.15.0-2\n"
+
+
+def test_collect_fails_loudly_when_a_release_s_sums_never_come(tmp_path: Path,
+                                                              httpserver: HTTPServer) -> None:
+    """The index must not be rebuilt without a published release: no ORDER, exit 1."""
+    seen = flaky_sums(httpserver, {"v2.15.0-2": 100})
+    result = collect(tmp_path, httpserver.url_for("/download"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert seen.count("v2.15.0-2") == 4  # the first try and 3 retries, then it gives up
+    assert "release v2.15.0-2 is published, but its SHA256SUMS could not be read" in result.stderr
+    assert "Re-run the pages job" in result.stderr
+    assert not (tmp_path / "r" / "ORDER").exists()
+    built = publish(tmp_path / "r", tmp_path / "site", "https://example.invalid/d")
+    assert built.returncode == 1 and not (tmp_path / "site").exists()
 
 
 def test_torchvision_wheels_get_their_own_page_beside_torch(tmp_path: Path,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -184,6 +185,38 @@ def test_feature_checks_catch_a_wheel_unlike_the_catalog(tmp_path: Path, spec: s
     line = next((item for item in result.stdout.splitlines()
                  if item.startswith(f"FAIL {failing}:")), "")
     assert why in line, result.stdout
+
+
+def test_torch_compile_on_cpu_fails_where_openmp_does_not_link(tmp_path: Path) -> None:
+    """The torch.compile check compiles and links inductor's C++ kernel for real.
+
+    The compiler here is the system's, except that linking the OpenMP runtime fails, as on a
+    Mac whose wheel lacks torch/lib/libomp.dylib; the check then fails with the linker's word.
+    """
+    pytest.importorskip("torch")
+    real = shutil.which("c++") or shutil.which("g++")
+    if real is None:
+        pytest.skip("no C++ compiler: torch.compile's CPU path needs one")
+    broken = tmp_path / "c++"
+    broken.write_text(
+        "#!/bin/sh\n"
+        'for arg in "$@"; do case "$arg" in -lomp|-lgomp|-fopenmp)\n'
+        '  for next in "$@"; do [ "$next" = -c ] && exec ' + real + ' "$@"; done\n'
+        "  echo 'ld: library not found for -lomp' >&2; exit 1;; esac; done\n"
+        f'exec {real} "$@"\n'
+    )
+    broken.chmod(0o755)
+    result = subprocess.run(
+        [sys.executable, str(CHECKS), "--only", "features", "--expect-features",
+         TEST_TORCH_FEATURES, "--skip", "config-string", "--skip", "blas-lapack-info",
+         "--skip", "mkldnn", "--skip", "openmp", "--skip", "distributed",
+         "--skip", "quantized-engines", "--skip", "lapack-vs-numpy"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+        env={**os.environ, "CXX": str(broken)},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "FAIL torch-compile-cpu: raised" in result.stdout
+    assert "library not found for -lomp" in result.stdout
 
 
 def test_a_bad_feature_spec_is_refused(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 from intelmac_torch_builder.core import catalog
 from intelmac_torch_builder.core.errors import CatalogError
 
@@ -166,3 +167,47 @@ def test_every_shipped_line_chooses_its_blas_and_pins_mkl() -> None:
         # Every requirement carries its sha256, so pip --require-hashes checks each file.
         for name in ("mkl-static==2023.2.2", "mkl-include==2023.2.2"):
             assert f"{name} \\\n    --hash=sha256:" in text
+
+
+def _with_xcode(**xcode: str) -> dict[str, object]:
+    document = _minimal()
+    evidence = {"min_evidence": "the first Xcode with the line's SDK (a runner image's table)",
+                "max_evidence": "the SDK upstream's official binary was linked against (its LC_BUILD_VERSION)"}
+    document["lines"][0]["xcode"] = {**evidence, **xcode}  # type: ignore[index]
+    return document
+
+
+def test_an_xcode_range_parses_and_admits_its_point_releases(tmp_path: Path) -> None:
+    line = catalog.load(_write(tmp_path, _with_xcode(min="15.0", max="26.4", runner="26.2"))).line()
+    assert line.xcode is not None and line.xcode.words == "Xcode 15.0 to 26.4"
+    assert [line.xcode.admits(found) for found in ("14.3.1", "15.0", "26.4.1", "26.5")] == [
+        False, True, True, False]
+
+
+@pytest.mark.parametrize(("xcode", "said"), [
+    ({"min": "26.2", "max": "26.0", "runner": "26.2"}, "runner 26.2 must lie in min 26.2 to max 26.0"),
+    ({"min": "16.0", "max": "16.4", "runner": "26.2"}, "runner 26.2 must lie in min 16.0 to max 16.4"),
+    ({"min": "14.3", "max": "16.4", "runner": "16.4"},
+     "field 'xcode.min': Xcode 14.3 has no macOS 14.0 SDK (macos_sdk_min); the first that has it is Xcode 15.0"),
+])
+def test_a_wrong_xcode_range_is_named(tmp_path: Path, xcode: dict[str, str], said: str) -> None:
+    with pytest.raises(CatalogError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        catalog.load(_write(tmp_path, _with_xcode(**xcode)))
+
+
+def test_each_xcode_bound_needs_its_evidence(tmp_path: Path) -> None:
+    document = _minimal()
+    document["lines"][0]["xcode"] = {"min": "16.0", "max": "16.4", "runner": "16.4"}  # type: ignore[index]
+    with pytest.raises(CatalogError, match="min_evidence"):
+        catalog.load(_write(tmp_path, document))
+
+
+def test_the_shipped_xcode_ranges_hold_each_runner_and_the_sdk() -> None:
+    for line in catalog.load().lines:
+        assert line.xcode is not None, line.version
+        assert line.xcode.admits(line.xcode.runner), line.version
+        # No Xcode below the first that ships the line's SDK.
+        assert Version(line.xcode.min) >= Version(catalog.xcode_for_sdk(line.macos_sdk_min))
+        # The macOS 26 lines: a user's Xcode 26.3 or 26.4 builds them.
+        if line.xcode.min.startswith("26."):
+            assert line.xcode.admits("26.3") and line.xcode.admits("26.4"), line.version

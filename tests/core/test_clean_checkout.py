@@ -28,8 +28,8 @@ if args[:2] == ["-m", "venv"]:
     os.makedirs(os.path.join(args[2], "bin"), exist_ok=True)
     sys.exit(0)
 if args[:3] == ["-m", "pip", "install"]:
-    if "--upgrade" in args:
-        sys.exit(0)  # pip upgrading itself
+    if "-r" in args:
+        sys.exit(0)  # the pinned packages (patches/toolchain/orchestrator.txt): already here
     editable = args[args.index("-e") + 1]
     # pip's isolated build (what make runs) first asks the backend for its build requirements,
     # and setuptools answers by running egg_info in the checkout; offline, with no isolation,

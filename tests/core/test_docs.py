@@ -182,3 +182,24 @@ def test_the_linux_stop_sample_shows_the_current_series() -> None:
     assert line.companion is not None
     assert f"{line.companion.title} is not fetched here" in text
     assert f"make build VERSION={line.version} PYTHON=" in text and "BUILD_ARGS=--dry-run" in text
+    # The Xcode it asks for is what the preflight accepts (the line's range).
+    from intelmac_torch_builder.core import preflight
+
+    assert f"with {preflight.xcode_wanted(line)} and ccache" in text
+
+
+def test_the_allocator_case_count_is_the_tests() -> None:
+    """docs/mps-device-policy.md says how many cases test_allocator.py has: pytest counts them."""
+    import sys
+
+    text = " ".join((REPO / "docs" / "mps-device-policy.md").read_text(encoding="utf-8").split())
+    said = re.search(r"(\d+) of the (\d+) cases of `test_allocator.py` fail", text)
+    assert said, "docs/mps-device-policy.md no longer counts the allocator's cases"
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "tests/fake_metal/test_allocator.py"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    cases = [row for row in listed.splitlines() if row.startswith("tests/fake_metal/test_allocator.py::")]
+    assert int(said.group(2)) == len(cases)
+    assert 0 < int(said.group(1)) < len(cases)

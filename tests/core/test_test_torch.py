@@ -129,7 +129,8 @@ def _clean_env() -> dict[str, str]:
 def _make_test_torch(tmp_path: Path, *variables: str) -> subprocess.CompletedProcess[str]:
     venv = tmp_path / "venv"
     venv.mkdir(exist_ok=True)
-    (venv / ".stamp").touch()  # newer than pyproject.toml: make does not set up a venv
+    for stamp in (".stamp-build", ".stamp"):  # newer than pyproject.toml, in make's order:
+        (venv / stamp).touch()  # make does not set up a venv
     return subprocess.run(
         [str(MAKE), "-s", "-C", str(REPO), "test-torch", f"VENV={venv}", f"PY={sys.executable}",
          *variables],

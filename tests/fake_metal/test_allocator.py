@@ -51,6 +51,12 @@ APPLE = {"name": "Apple M1", "registry_id": 0x100000701, "unified_memory": True,
          "recommended_working_set": 11 * GIB,
          "families": ["Apple1", "Apple2", "Apple3", "Apple4", "Apple5", "Apple6", "Apple7", "Mac2", "Common3"]}
 GPUS = {"intel": INTEL, "amd": AMD, "apple": APPLE}
+# The same GPUs whose memory ends at their working set (the stand-in refuses past it), for
+# the pressure test (issue 35); the AMD and Apple GPUs with 2 GiB, to fill them quickly.
+PRESSURE_GPUS = {name: {**gpu, "name": f"{gpu['name']} (memory limit)", "registry_id": gpu["registry_id"] + 0x20,
+                        "recommended_working_set": min(gpu["recommended_working_set"], 2 * GIB),
+                        "memory_limit": min(gpu["recommended_working_set"], 2 * GIB)}
+                 for name, gpu in GPUS.items()}
 # The same GPUs with a driver that aligns heap buffers per storage mode (issue 23, finding
 # 5): heapBufferSizeAndAlignWithLength:options: answers 64 KiB for private buffers and 256
 # bytes for shared ones. Apple documents no values; the stand-in's default is 256 for all.
@@ -108,7 +114,7 @@ def cpu_visible(line: str, kind: str, gpu: dict[str, Any]) -> bool:
 @pytest.fixture(scope="session")
 def metal(fake_metal_lib: Path) -> FakeMetal:
     fm = FakeMetal(fake_metal_lib)
-    fm.configure({"devices": [INTEL, AMD, APPLE, *SPLIT_GPUS.values()], "macos": "14.0"})
+    fm.configure({"devices": [INTEL, AMD, APPLE, *SPLIT_GPUS.values(), *PRESSURE_GPUS.values()], "macos": "14.0"})
     return fm
 
 
@@ -152,7 +158,13 @@ def allocator(line: str, fake_lib: Path, factory: pytest.TempPathFactory) -> cty
     lib.alloc_request_usage.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int]
     lib.alloc_default_low_watermark.restype = ctypes.c_double
     lib.alloc_default_low_watermark.argtypes = [ctypes.c_uint64, ctypes.c_double]
+    lib.alloc_default_high_watermark.restype = ctypes.c_double
+    lib.alloc_default_high_watermark.argtypes = [ctypes.c_uint64, ctypes.c_double]
     if front is not None:
+        lib.life_begin.argtypes = [ctypes.c_uint64]
+        lib.life_alloc.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int, ctypes.c_int]
+        lib.life_free.argtypes = [ctypes.c_int]
+        lib.life_stats.restype = ctypes.c_char_p
         lib.alloc_place_requests.restype = ctypes.c_char_p
         lib.alloc_place_requests.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64),
                                              ctypes.c_int, ctypes.c_int]
@@ -262,8 +274,22 @@ def test_discrete_gpus_get_the_tuning_upstream_had_before_2_12(line: str, metal:
     # 1 GiB extra-large heaps would leave one tensor holding most of it (issue 23, finding 4)
     assert sizes == {"amd": 128 * MIB, "intel": 128 * MIB, "apple": GIB}
     assert lib.alloc_default_low_watermark(AMD["registry_id"], 1.4) == 1.0
-    assert lib.alloc_default_low_watermark(INTEL["registry_id"], 1.4) == 1.4
     assert lib.alloc_default_low_watermark(APPLE["registry_id"], 1.4) == 1.4
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_an_intel_gpu_is_limited_to_its_working_set(line: str, metal: FakeMetal, fake_metal_lib: Path,
+                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Issue 35: upstream's default limit is 1.7 times recommendedMaxWorkingSetSize (2.55
+    GiB on a UHD 630's 1.5 GiB); on an Intel GPU the series' default is the working set
+    itself, and the low watermark stays below it (upstream refuses one above). What each
+    line's init_allocator asks: defaultHighWatermarkRatio / defaultLowWatermarkRatio of its
+    own defaults (2.6.0: its exact init_allocator runs in the pool-selection tests)."""
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    high = {name: lib.alloc_default_high_watermark(gpu["registry_id"], 1.7) for name, gpu in GPUS.items()}
+    low = {name: lib.alloc_default_low_watermark(gpu["registry_id"], 1.4) for name, gpu in GPUS.items()}
+    assert high == {"intel": 1.0, "amd": 1.7, "apple": 1.7}
+    assert low == {"intel": 0.8, "amd": 1.0, "apple": 1.4}
 
 
 @pytest.mark.parametrize("line", ["2.14.1", "2.15.0"])
@@ -352,3 +378,70 @@ def test_placement_offsets_keep_the_alignment_metal_gave_the_pool(line: str, gpu
     assert metal.violations() == [], got
     if gpu != "apple" and kind in ("device", "large"):
         assert got["pool_alignment"] == SPLIT_ALIGN["private"], got  # poolUsage(): private pools
+
+
+# Pinned memory under pressure (issue 35, finding 3 and what was left of findings 6 and 7).
+PINNED_FILL = 24 * MIB
+REFILL_SIZES = [4 << 10, MIB, 8 * MIB, 24 * MIB, 40 * MIB, 3 * MIB]
+
+
+def _pressure(lib: ctypes.CDLL, gpu: dict[str, Any]) -> dict[str, Any]:
+    """Fill the device with pinned memory, free in a mixed order, fill again with mixed
+    sizes on two streams, then free everything: what the allocator counted against what
+    the device held after each phase."""
+    lib.life_begin(gpu["registry_id"])
+    stats = lambda: json.loads(lib.life_stats())  # noqa: E731
+    out: dict[str, Any] = {"phases": {}}
+    filled = []
+    while (handle := lib.life_alloc(PINNED_FILL, SHARED, 0, 0)) >= 0 and len(filled) < 400:
+        filled.append(handle)
+    out["fill_end"], out["filled"] = handle, len(filled)
+    out["phases"]["full"] = stats()
+    for handle in filled[::3] + filled[1::3][::-1]:
+        lib.life_free(handle)
+    out["phases"]["freed_mixed"] = stats()
+    refill_end = 0
+    for i in range(400):
+        refill_end = lib.life_alloc(REFILL_SIZES[i % len(REFILL_SIZES)], SHARED, 0, i % 2)
+        if refill_end < 0:
+            break
+    out["refill_end"] = refill_end
+    out["phases"]["full_again"] = stats()
+    lib.life_end()
+    out["phases"]["end"] = stats()
+    return out
+
+
+@pytest.mark.parametrize(("line", "gpu"), [(line, gpu) for line in alloc_build.PLACEMENT_LINES for gpu in GPUS])
+def test_pinned_memory_under_pressure(line: str, gpu: str, metal: FakeMetal, fake_metal_lib: Path,
+                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    """On a device whose memory ends at its working set, pinned memory (malloc_host: the
+    scalar pool off Apple GPUs) fills it, is freed in a mixed order and fills it again with
+    other sizes from two streams. After each phase the allocator counts exactly what the
+    device holds; each fill ends in the out-of-memory check, never a nil placement (where
+    upstream asserts).
+
+    The pools, heaps and blocks are the line's exact header with the series' hooks and the
+    front of alloc_buffer_block is the series' own text; the block life cycle around them
+    is mirrored from the dated candidate (BlockLife in alloc_harness.mm). Seen failing with
+    0009's min_split hook reverted: off Apple GPUs a small request split a 24 MiB standalone
+    block, so the heap stayed counted at 24 MiB while the device held the small buffer, and
+    later placements on the unbacked remainder came back nil once the device was full."""
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    metal.fake_metal_clear_records()
+    device = PRESSURE_GPUS[gpu]
+    got = _pressure(lib, device)
+    phases = got["phases"]
+    assert got["filled"] > 10 and got["fill_end"] == -1, got  # the first fill ends out of memory
+    assert got["refill_end"] == -1, got  # and so does the second
+    for name, stats in phases.items():
+        assert stats["nil_placements"] == 0, (name, got)
+        assert stats["heaps_total"] == stats["device_allocated"], (name, got)
+    assert phases["end"]["heaps_total"] == 0, got
+    # each fill stops at the limit in force: the high watermark or the device's memory
+    limit = min(phases["full"]["max_total"], device["memory_limit"])
+    assert limit - PINNED_FILL < phases["full"]["device_allocated"] <= limit, got
+    if gpu == "intel":
+        assert phases["full"]["max_total"] == device["recommended_working_set"], got  # rule 8
+        assert phases["full"]["scalar_min_split"] == 2**64 - 1, got  # rule 7
+    assert metal.violations() == [], got

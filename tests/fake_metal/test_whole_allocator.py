@@ -176,3 +176,38 @@ def test_memory_metal_refuses_is_out_of_memory_not_an_assert(results: dict[str, 
         assert "INTERNAL ASSERT" not in block.get("error", ""), block
         assert "handle" in block or "MPS backend out of memory" in block["error"] or \
             block["error"] == "no shared allocator on this device", block
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+def test_the_default_limit_is_the_working_set_on_an_intel_gpu(results: dict[str, dict[str, Any]], gpu: str) -> None:
+    """Issue 35: upstream's exact init_allocator, with 0009's hunk, sets the high watermark
+    of an Intel GPU to its working set (1.0; upstream's 1.7 is 2.55 GiB on a UHD 630) and
+    its low one below it; other GPUs keep upstream's defaults."""
+    defaults = results[gpu]["defaults"]
+    working_set = GPUS[gpu]["recommended_working_set"]
+    assert defaults["recommended_max"] == working_set, defaults
+    high, low = {"intel": (1.0, 0.8), "amd": (1.7, 1.0), "apple": (1.7, 1.4)}[gpu]
+    assert defaults["high_watermark_limit"] == int(high * working_set), defaults
+    assert defaults["low_watermark_limit"] == int(low * working_set), defaults
+
+
+@pytest.mark.parametrize("gpu", ["intel", "apple"])
+def test_pinned_memory_under_pressure(results: dict[str, dict[str, Any]], gpu: str) -> None:
+    """Issue 35: pinned memory (2.6.0's shared allocator; none on an AMD GPU) fills a device
+    whose memory ends at its working set, is freed in a mixed order and fills it again with
+    other sizes. After each phase the allocator counts exactly what the device holds; each
+    fill ends in upstream's out-of-memory error naming PYTORCH_MPS_HIGH_WATERMARK_RATIO,
+    never an internal assert."""
+    got = results[gpu]["pinned_pressure"]
+    assert got["filled"] > 10, got
+    for end in (got["fill_end"], got["refill_end"]):
+        assert "MPS backend out of memory" in end.get("error", ""), got
+        assert "PYTORCH_MPS_HIGH_WATERMARK_RATIO" in end["error"] and "INTERNAL ASSERT" not in end["error"], got
+    for name, stats in got["phases"].items():
+        assert stats["total_allocated"] == stats["driver_allocated"], (name, got)
+    assert got["phases"]["end"]["total_allocated"] == 0 and got["phases"]["end"]["driver_allocated"] == 0, got
+    if gpu == "intel":  # the limit the message names is the working set (1.5 GiB), not 1.7 times it
+        assert "max allowed: 1.50 GB" in got["fill_end"]["error"], got
+    full = got["phases"]["full"]
+    assert full["driver_allocated"] <= min(full["high_watermark_limit"], GPUS[gpu]["recommended_working_set"]), got
+    assert results[gpu]["violations"] == [], results[gpu]["violations"]

@@ -43,6 +43,8 @@ def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
     whole.lib.whole_init(gpu["registry_id"])
     unified = gpu.get("unified_memory", False)
     out: dict[str, Any] = {}
+    # the limits init_allocator set, before any scenario changes them
+    out["defaults"] = whole.stats()
 
     # allocation and exact accounting of what is in use
     small = whole.alloc(DEVICE, 4 * KiB)
@@ -108,9 +110,49 @@ def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
             whole.lib.whole_free(block["handle"])
     whole.lib.whole_complete()
     whole.lib.whole_empty_cache()
+    # pinned memory under pressure (issue 35), with the default limit back in force
+    whole.lib.whole_set_high_watermark(out["defaults"]["high_watermark_limit"] / out["defaults"]["recommended_max"])
+    out["pinned_pressure"] = pinned_pressure(whole)
     out["end"] = whole.stats()
     out["violations"] = fake.violations()
     out["heap_storage_refused"] = fake.records("heap_storage_refused")
+    return out
+
+
+PINNED_FILL = 24 * MiB
+REFILL_SIZES = [4 * KiB, 1 * MiB, 8 * MiB, 24 * MiB, 40 * MiB, 3 * MiB]
+
+
+def pinned_pressure(whole: Whole) -> dict[str, Any]:
+    """Pinned memory fills the device, is freed in a mixed order, fills it again with other
+    sizes, then is all freed: the allocator's count against the device's after each phase."""
+    phases: dict[str, Any] = {}
+    filled = []
+    for _ in range(400):
+        block = whole.alloc(PINNED, PINNED_FILL)
+        if "handle" not in block:
+            break
+        filled.append(block["handle"])
+    out: dict[str, Any] = {"filled": len(filled), "fill_end": block}
+    phases["full"] = whole.stats()
+    for handle in filled[::3] + filled[1::3][::-1]:
+        whole.lib.whole_free(handle)
+    whole.lib.whole_complete()
+    phases["freed_mixed"] = whole.stats()
+    held = [h for h in filled[2::3]]
+    for i in range(400):
+        block = whole.alloc(PINNED, REFILL_SIZES[i % len(REFILL_SIZES)])
+        if "handle" not in block:
+            break
+        held.append(block["handle"])
+    out["refill_end"] = block
+    phases["full_again"] = whole.stats()
+    for handle in held:
+        whole.lib.whole_free(handle)
+    whole.lib.whole_complete()
+    whole.lib.whole_empty_cache()
+    phases["end"] = whole.stats()
+    out["phases"] = phases
     return out
 
 

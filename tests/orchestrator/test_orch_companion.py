@@ -302,6 +302,20 @@ def test_a_rebuilt_torch_makes_the_companion_rebuild(project: Project) -> None:
     # it, although its own source and series did not change.
     project.rewrite_catalog(patches=project.patches[:1])
     add_companion(project.catalog, project.server.url(tarball.name), sha256(tarball))
+    old_torch = _only(project.wheels, "torch-*.whl")
+    old_torch_bytes = old_torch.read_bytes()
+    # The rebuilt torch has the old one's file name and other bytes: the index refuses to
+    # swap them (installs pinned to the old hash would break) and changes nothing.
+    refused = project.cli("all", "--builder", "setuptools")
+    assert refused.code == 1, refused.text
+    assert f"{old_torch} is already in the index with sha256" in refused.text
+    assert "never changes bytes" in refused.text
+    assert old_torch.read_bytes() == old_torch_bytes
+    assert _only(project.wheels, "torchvision-*.whl").read_bytes() == old
+    # The way out the message gives: remove the old wheels (nothing here pins them).
+    for wheel in project.wheels.glob("*.whl"):
+        wheel.unlink()
+        wheel.with_name(wheel.name + ".build.json").unlink()
     second = project.cli("all", "--builder", "setuptools")
     assert second.code == 0, second.text
     assert "Up to date" not in second.text

@@ -109,7 +109,7 @@ def pins(version: str) -> Path:
 
 def pinned_openmp() -> str:
     """The pinned llvm-openmp's prefix (patches/toolchain/native.yaml) in fake_mac's cache."""
-    return f"{os.environ['INTELMAC_CACHE']}/native/llvm-openmp-11.1.0-1ebfeee2af90"
+    return f"{os.environ['INTELMAC_CACHE']}/native/llvm-openmp-22.1.2-5dc4c6f21d97"
 
 
 def openmp_commands() -> list[str]:
@@ -262,8 +262,14 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
         "scikit-build-core's build/.skbuild-info.json (else it would drop the cache);"
     ) in text
     assert "# wheel for cp313 (reuses the build tree of cp312, scikit-build-core)" in text
-    # The configure result is checked against the catalog once, after the first compile.
+    # The configure result is checked against the catalog once: right after CMake configures
+    # alone, before the fail-fast compile and the wheel's full compile (docs/building.md).
     assert text.count("# check CMake's configure result against the catalog") == 1
+    check = build.index(next(line for line in build if "# check CMake's configure result" in line))
+    configure = build.index(next(line for line in build if "build.targets=build.ninja" in line))
+    first = build.index(next(line for line in build if "core.failfast --tree" in line))
+    wheel = build.index(next(line for line in build if f"--wheel-dir {root}/dist/cp312/raw" in line))
+    assert configure < check < first < wheel
     assert "UNPINNED" in "\n".join(section(out, "fetch"))
 
 
@@ -336,7 +342,7 @@ def test_linux_dry_run_says_the_real_run_stops(
     out = dry_run(capsys, tmp_path / "work", "--torch", "2.6.0")
     build = "\n".join(section(out, "build"))
     assert "this host is Linux: a real run stops before this stage with exit code 3" in build
-    assert "OpenMP: the pinned llvm-openmp 11.1.0 (macOS 10.9+, sha256 1ebfeee2" in build
+    assert "OpenMP: the pinned llvm-openmp 22.1.2 (macOS 11.0+, sha256 5dc4c6f2" in build
     # Sized where the plan runs, not on this 2-core Linux machine; the plan says so.
     assert f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory" in build
     assert "(here: 2 on Linux x86_64, 2 cores, 8 GiB)" in build
@@ -528,7 +534,7 @@ def test_pinned_openmp_is_fetched_checked_and_a_mismatch_stops_before_compiling(
         macos.ensure_libomp(options, log)
     assert "0" * 64 in str(refused.value) and good.sha256 in str(refused.value)
     assert not (
-        Path(os.environ["INTELMAC_CACHE"]) / "native" / f"llvm-openmp-11.1.0-{'0' * 12}"
+        Path(os.environ["INTELMAC_CACHE"]) / "native" / f"llvm-openmp-{real.version}-{'0' * 12}"
     ).exists()
 
     monkeypatch.setattr(native_deps, "load", lambda path=None: {"llvm-openmp": good})

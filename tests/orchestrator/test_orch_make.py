@@ -24,11 +24,11 @@ pytestmark = pytest.mark.skipif(MAKE is None, reason="needs make")
 
 
 def make_build(project: Project, *build_args: str, sha256: str = "") -> subprocess.CompletedProcess[str]:
-    # A venv stamp newer than pyproject.toml, so make does not bootstrap .venv; PY is this
+    # A build venv stamp newer than pyproject.toml, so make does not bootstrap .venv; PY is this
     # interpreter, which has the package installed.
     venv = project.root / "venv"
     venv.mkdir(exist_ok=True)
-    (venv / ".stamp").touch()
+    (venv / ".stamp-build").touch()
     # Everything after `all` (the folders and the fixture catalog) goes through BUILD_ARGS.
     args = " ".join(project.argv("all", *build_args)[1:])
     argv = [

@@ -221,7 +221,7 @@ def test_the_linux_stops_dry_run_hint_runs_on_a_fresh_clone(tmp_path: Path) -> N
     assert hint.startswith("make build VERSION=2.14.1 PYTHON=")
     venv = tmp_path / "venv"
     venv.mkdir()
-    (venv / ".stamp").touch()
+    (venv / ".stamp-build").touch()
     command = f"{hint} VENV={venv} PY={sys.executable}"
     ran = subprocess.run(
         ["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=300

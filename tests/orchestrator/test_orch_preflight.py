@@ -132,11 +132,17 @@ def test_xcode_sdk_and_metal(tmp_path: Path) -> None:
     facts = good_facts(write(tmp_path, thin_dylib("x86_64", "13.0")))
     old = check(Facts(**{**facts.__dict__, "xcode": "15.4", "sdk": "14.5"}))
     assert len(old) == 2
-    assert "Xcode 15.4 is too old for PyTorch 2.6.0" in old[0] and "Xcode 16.0" in old[0]
+    assert "Xcode 15.4 is selected, but PyTorch 2.6.0 builds with Xcode 16.0 to 16.4" in old[0]
+    assert "min: macos_sdk_min 15.0" in old[0]
     assert "macOS SDK 14.5 is older than 15.0" in old[1]
+    # A line whose catalog entry names no range: the SDK's first Xcode and later.
+    unnamed = preflight.check(replace(LINE_26, xcode=None),
+                              Facts(**{**facts.__dict__, "xcode": "15.4", "sdk": "15.0"}), ("3.12",))
+    assert len(unnamed) == 1
+    assert "Xcode 15.4 is too old for PyTorch 2.6.0" in unnamed[0] and "Xcode 16.0" in unnamed[0]
     none = check(Facts(**{**facts.__dict__, "xcode": None}))
     assert "Xcode is not installed or not selected" in none[0] and "xcode-select" in none[0]
-    assert "Install Xcode 16.4 and select it" in none[0]  # the line's own Xcode, as required below
+    assert "Install Xcode 16.0 to 16.4 and select it" in none[0]  # the line's range, as below
     metal = check(Facts(**{**facts.__dict__, "metal": False}))
     assert "xcodebuild -downloadComponent MetalToolchain" in metal[0]
 
@@ -164,22 +170,33 @@ def test_disk_and_interpreter_architecture(tmp_path: Path) -> None:
     assert "Python 3.13 could not be run" in check(facts, ("3.12", "3.13"))[0]
 
 
-def test_the_line_s_own_xcode_is_required(tmp_path: Path) -> None:
+def test_the_line_s_xcode_range_is_required(tmp_path: Path) -> None:
     facts = good_facts(write(tmp_path, thin_dylib("x86_64", "13.0")))
-    assert LINE_26.xcode == "16.4"
-    assert check(Facts(**{**facts.__dict__, "xcode": "16.4.0"})) == []
+    assert (LINE_26.xcode.min, LINE_26.xcode.max) == ("16.0", "16.4")
+    for accepted in ("16.0", "16.2", "16.4", "16.4.0", "16.4.1"):
+        assert check(Facts(**{**facts.__dict__, "xcode": accepted})) == [], accepted
     newer = check(Facts(**{**facts.__dict__, "xcode": "26.2", "sdk": "26.2"}))
     assert len(newer) == 1
-    assert "PyTorch 2.6.0 is built with Xcode 16.4" in newer[0]
+    assert "PyTorch 2.6.0 builds with Xcode 16.0 to 16.4" in newer[0]
+    assert "max: Xcode 16.4 is the newest with a public x86_64 build" in newer[0]
     assert "xcode-select -s /Applications/Xcode_16.4.app" in newer[0]
-    # 2.14 and 2.15 need Xcode 26.2 (their Metal 4 shader library).
+    assert "raise xcode.max" in newer[0]
+    # 2.14 and 2.15: from 26.2 (their Metal 4 shader library) to the SDK upstream built with.
     line = catalog.load().line("2.14.1")
-    assert line.xcode == "26.2"
-    assert any("built with Xcode 26.2" in problem for problem in
-               preflight.check(line, facts, ("3.12",)))
-    # What the Linux stop and the missing-Xcode message ask for is what is required.
-    assert preflight.xcode_wanted(line) == "Xcode 26.2"
-    assert preflight.xcode_wanted(LINE_26) == "Xcode 16.4"
+    assert (line.xcode.min, line.xcode.max, line.xcode.runner) == ("26.2", "26.6", "26.2")
+    modern = Facts(**{**facts.__dict__, "sdk": "26.2"})
+    for accepted in ("26.2", "26.3", "26.4", "26.4.1", "26.5", "26.6", "26.6.1"):
+        assert preflight.check(line, Facts(**{**modern.__dict__, "xcode": accepted}),
+                               ("3.12",)) == [], accepted
+    for refused, bound in (("16.4", "min: the official 2.14.1 and 2.15.0 binaries embed"),
+                           ("26.1.1", "min: "), ("26.7", "max: upstream linked"),
+                           ("27.0", "max: "), ("beta", "min: ")):
+        problems = preflight.check(line, Facts(**{**modern.__dict__, "xcode": refused}), ("3.12",))
+        assert len(problems) == 1 and "builds with Xcode 26.2 to 26.6" in problems[0], refused
+        assert bound in problems[0], (refused, problems[0])
+    # What the Linux stop and the missing-Xcode message ask for is what is accepted.
+    assert preflight.xcode_wanted(line) == "Xcode 26.2 to 26.6"
+    assert preflight.xcode_wanted(LINE_26) == "Xcode 16.0 to 16.4"
     unnamed = replace(LINE_26, xcode=None)
     assert preflight.xcode_wanted(unnamed) == "Xcode 16.0 or later"
 

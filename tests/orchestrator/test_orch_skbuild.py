@@ -133,7 +133,7 @@ def test_series_sources_compile_first_and_a_broken_one_stops_the_build(
     assert result.code == 0, result.text
     log = log_path.read_text()
     # CMake configured without compiling, then the series' source alone, then the rest.
-    announced = log.index("compiling the series' 1 sources first: src/module.c")
+    announced = log.index("compiling first: the series' 1 sources, upstream's 0 other MPS sources: src/module.c")
     series_object = log.index("module.c.o")
     assert announced < series_object < log.index("core.c.o"), log
 
@@ -146,11 +146,11 @@ def test_series_sources_compile_first_and_a_broken_one_stops_the_build(
     log_path.unlink()
     broken = project.cli("build", "--builder", "scikit-build-core")
     assert broken.code != 0
-    assert "fail fast: compile the sources the series touches" in broken.text, broken.text
+    assert "fail fast: compile the series' sources, upstream's MPS sources" in broken.text, broken.text
     log = log_path.read_text()
     assert "missing ';'" in log or "expected" in log, log
     assert (
-        "the series' own sources do not compile" in log
+        "a fail-fast target does not compile" in log
         and "src/module.c: 0003-fixture-series-c-source.patch" in log
     ), log
     assert "core.c.o" not in log, "the rest compiled before the series' source failed"

@@ -34,8 +34,15 @@ int main() {
       }
       std::printf("{\"kind\": \"sizing\", \"apple\": %d, \"unified\": %d, \"pool_options\": %d}\n", apple, unified,
                   storage::size_with_pool_options(gpu));
-      std::printf("{\"kind\": \"watermark\", \"apple\": %d, \"unified\": %d, \"ratio\": %.3f}\n", apple, unified,
-                  storage::default_low_watermark_ratio(gpu, 1.4));
+      std::printf("{\"kind\": \"watermark\", \"apple\": %d, \"unified\": %d, \"ratio\": %.3f, \"high\": %.3f}\n",
+                  apple, unified, storage::default_low_watermark_ratio(gpu, 1.4),
+                  storage::default_high_watermark_ratio(gpu, 1.7));
+      for (bool cpu_visible : {false, true}) {
+        const std::size_t split = storage::cpu_pool_min_split(gpu, cpu_visible, mib);
+        std::printf("{\"kind\": \"min_split\", \"apple\": %d, \"unified\": %d, \"cpu_visible\": %d, "
+                    "\"upstream\": %d, \"never\": %d}\n",
+                    apple, unified, cpu_visible, split == mib, split == storage::kNeverSplit);
+      }
     }
   }
   return 0;

@@ -97,6 +97,24 @@ def test_requests_are_sized_with_their_pool_options_off_apple_gpus(rows: list[di
         assert r["pool_options"] == (not r["apple"]), r
 
 
-def test_low_watermark(rows: list[dict[str, Any]]) -> None:
-    for r in _of(rows, "watermark"):
-        assert r["ratio"] == (1.4 if r["unified"] else 1.0), r
+def test_watermarks(rows: list[dict[str, Any]]) -> None:
+    """Rules 6 and 8: an Intel GPU (not Apple, unified memory) is limited to its working
+    set (1.0, low 0.8) instead of upstream's 1.7 (issue 35); AMD keeps a low watermark of
+    1.0 and upstream's high one; an Apple GPU keeps both of upstream's."""
+    rows = _of(rows, "watermark")
+    assert len(rows) == 4
+    for r in rows:
+        intel = r["unified"] and not r["apple"]
+        assert r["high"] == (1.0 if intel else 1.7), r
+        assert r["ratio"] == (0.8 if intel else 1.4 if r["unified"] else 1.0), r
+        assert r["ratio"] <= r["high"], r  # upstream refuses a low watermark above the high one
+
+
+def test_cpu_visible_pools_never_split_off_apple_gpus(rows: list[dict[str, Any]]) -> None:
+    """Rule 7 (issue 35, finding 3): a standalone "heap" is one Metal buffer; a split or a
+    merge would place new standalone buffers the heap's size does not count."""
+    rows = _of(rows, "min_split")
+    assert len(rows) == 8
+    for r in rows:
+        never = r["cpu_visible"] and not r["apple"]
+        assert r["never"] == never and r["upstream"] == (not never), r

@@ -57,6 +57,7 @@ from . import (
     _stream,
     _training,
     _vision,
+    _workloads,
 )
 from ._device import (
     DEVICE_TYPES,
@@ -70,11 +71,12 @@ from ._device import (
 )
 
 UNEXPECTED = ("fail", "error", "hang", "gpu-error")
-GROUPS = ("parity", "shapes", "reports", "sampling", "memory", "training", "patched", "kernels")
+GROUPS = ("parity", "shapes", "reports", "sampling", "memory", "training", "workloads", "patched", "kernels")
 # The report section each group's rows go to (the parity group's are "results").
 SECTIONS = {
     "parity": "results", "shapes": "shapes", "reports": "reports", "sampling": "sampling",
     "memory": "memory", "training": "training", "patched": "patched", "kernels": "kernels",
+    "workloads": "workloads",
 }  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAULT_MISSED = 3
@@ -180,6 +182,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="skip the kernel compile probe (a pipeline for every bundled Metal function; mps only)",
     )
     p.add_argument("--no-training", action="store_true", help="skip the training smoke")
+    p.add_argument(
+        "--no-workloads",
+        action="store_true",
+        help="skip the workloads group (LLM prompt and generation, a diffusion UNet block, a "
+        "Whisper-like speech encoder, CNN training, each against the CPU)",
+    )
     p.add_argument("--no-patched", action="store_true", help="skip the patched-build checks")
     p.add_argument("--no-memory", action="store_true", help="skip the memory-path checks")
     p.add_argument(
@@ -237,7 +245,7 @@ def _planted(args: argparse.Namespace) -> list[_parity.PlantedFault]:
     faults = [_parity.PlantedFault()] if args.self_test else []
     # A kernel fault changes no output here: its catcher row must fail by itself.
     kernel = [
-        _parity.PlantedFault(_faults.FAULTS[n].catcher, 0.0, "kernel") for n in _faults.from_env()
+        _parity.PlantedFault(c, 0.0, "kernel") for n in _faults.from_env() for c in _faults.FAULTS[n].catchers
     ]
     return faults + _parity.fault_from_env() + kernel
 
@@ -326,11 +334,17 @@ def _run_group_here(
         )
     elif name == "training":
         steps = args.train_steps or (6 if args.quick else 20)
-        for tr in _training.run(device, steps, _parity.training_tolerance(), stream=stream):
+        repeats = 0 if args.quick else _training.REPEATS
+        faults = tuple(f for f in _planted(args) if f.op in _training.MODELS)
+        for tr in _training.run(device, steps, _parity.training_tolerance(), stream=stream,
+                                repeats=repeats, faults=faults):  # fmt: skip
             print(
                 f"regress: training {tr.model}: {tr.status} (max |loss diff| {tr.max_abs_diff:.2e})",
                 flush=True,
             )
+    elif name == "workloads":
+        faults = tuple(f for f in _planted(args) if f.op.startswith(_workloads.PREFIX))
+        _workloads.run(device, args.quick, faults, stream)
     else:
         for check in _patched.run_checks():
             stream.row("patched", check.as_dict())
@@ -819,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
         "kernels": not args.no_kernels,
         "memory": not args.no_memory,
         "training": not args.no_training,
+        "workloads": not args.no_workloads,
         "patched": not args.no_patched and _patched.skip_reason() is None,
     }
     payloads: dict[str, dict[str, Any]] = {}
@@ -852,10 +867,11 @@ def main(argv: list[str] | None = None) -> int:
     reports: list[dict[str, Any]] = section("reports")
     sampling: list[dict[str, Any]] = section("sampling")
     kernels: list[dict[str, Any]] = section("kernels")
+    workloads: list[dict[str, Any]] = section("workloads")
     dtype_notes: dict[str, str] = meta("parity").get("dtype_notes", {})
     samples = meta("parity").get("samples", args.samples or (2 if args.quick else 8))
     host_macos = host_info()["macos"]
-    for res in results + shapes + reports + sampling + kernels:
+    for res in results + shapes + reports + sampling + kernels + workloads:
         known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"], host_macos)
         res["raw_status"] = res["status"]
         res["status"] = _known.apply(res["status"], known)
@@ -870,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     unexpected = [r for r in results if r["status"] in UNEXPECTED]
     unexpected += [
         {**r, "check": f"{r['check']} [{r['case']}]"}
-        for r in shapes + reports + sampling + kernels
+        for r in shapes + reports + sampling + kernels + workloads
         if r["status"] in UNEXPECTED
     ]
     unexpected += [
@@ -960,6 +976,7 @@ def main(argv: list[str] | None = None) -> int:
             "report_ops_failing": sorted({r["op"] for r in reports if r["status"] in ("fail", "error", "xfail", "hang")}),
             "sampling_counts": _count(sampling),
             "kernel_counts": _count(kernels),
+            "workload_counts": _count(workloads),
             "unexpected_failures": len(unexpected),
             "unexpected_passes": len(xpass),
             "training": {t["model"]: t["status"] for t in training},
@@ -976,6 +993,7 @@ def main(argv: list[str] | None = None) -> int:
         "shapes": shapes,
         "sampling": sampling,
         "kernels": kernels,
+        "workloads": workloads,
         "shapes_notes": {
             "tolerance": meta("shapes").get("shapes_tolerance", ""),
             "large": meta("shapes").get("shapes_large", ""),

@@ -103,7 +103,7 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     out = []
     for r in report.get("results", []):
         out.append(("parity", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]), r.get("detail", "")))
-    for group in ("shapes", "reports", "sampling", "kernels"):
+    for group in ("shapes", "reports", "sampling", "kernels", "workloads"):
         for r in report.get(group, []):
             where = f"{r['check']} [{r['case']}]"
             out.append((group, r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),
@@ -168,7 +168,34 @@ def build(report: dict[str, Any]) -> dict[str, Any]:
         },
         "counts": counts,
         "ops": list(entries.values()),
+        "workloads": _workload_verdicts(report.get("workloads", [])),
     }
+
+
+# What compat.json says of a workload (tests/regress/_workloads.py), by its row's status.
+VERDICTS = {
+    "pass": "works", "fail": "gives wrong results", "error": "does not run", "hang": "hangs",
+    "gpu-error": "fails with a GPU error",
+    "unsupported": "not checked (dtype unsupported)", "skip": "not checked", "fallback": "works (CPU fallback)",
+}  # fmt: skip
+
+
+def _workload_verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One verdict per workload row, the sentence a user reads: "LLM generation (float16)
+    works on this GPU"; a row that did not pass keeps its first message."""
+    out = []
+    for r in rows:
+        status = r.get("raw_status", r["status"])
+        status = {"xfail": "fail", "xpass": "pass"}.get(status, status)
+        status = status if status in ORDER else "error"
+        verdict = VERDICTS[status]
+        name = r.get("workload") or r["op"]
+        out.append({
+            "workload": name, "op": r["op"], "dtype": r["dtype"], "status": status, "verdict": verdict,
+            "sentence": f"{name} ({r['dtype']}) {verdict} on this GPU",
+            "message": None if status == "pass" else (scrub(r.get("detail", "")) or None),
+        })  # fmt: skip
+    return out
 
 
 def validate(compat: dict[str, Any]) -> None:
@@ -216,6 +243,8 @@ def markdown(compat: dict[str, Any], limit: int = 12) -> str:
             f"| {group} | {c.get('pass', 0)} | {c.get('fail', 0)} | {c.get('error', 0)} | "
             f"{c.get('unsupported', 0)} | {other} |"
         )
+    if compat.get("workloads"):
+        lines += ["", "Workloads:"] + [f"- {w['sentence']}" for w in compat["workloads"]]
     bad = [e for e in compat["ops"] if e["status"] in ("hang", "gpu-error", "error", "fail")]
     lines += ["", f"Counted per op and dtype. Failing or erroring: {len(bad)}."]
     for e in bad[:limit]:

@@ -33,7 +33,8 @@ Two stand for the classes of issue 25, installed the same way:
   dimension longer than 1024 returns all zeros, as on an AMD GPU (pytorch 112186). OpInfo's
   small integer samples pass; must be caught by `shapes.argmax`.
 - `multinomial_int_min` (sampling group): torch.multinomial returns -2^63 for every sample,
-  as pytorch 92752 reports on MPS (GPU not named). Must be caught by `sampling.multinomial`.
+  as pytorch 92752 reports on MPS (GPU not named). Must be caught by `sampling.multinomial`,
+  and by the one-sample rows `sampling.multinomial_one_sample` and `sampling.categorical_sample`.
 
 Each fault is reported in the JSON like a planted fault (self_test), with the rows that
 must catch it.
@@ -70,6 +71,11 @@ class KernelFault:
     # The OpInfo op that runs the same kernel, for faults that only large shapes reveal: the
     # report shows its rows beside the catcher's (they pass: OpInfo misses the fault).
     opinfo: str = ""
+    also: tuple[str, ...] = ()  # more rows that must catch it, each by itself
+
+    @property
+    def catchers(self) -> tuple[str, ...]:
+        return (self.catcher, *self.also)
 
 
 ALL_DEVICES = ("cuda", "mps", "xpu", "cpu")
@@ -83,7 +89,11 @@ FAULTS = {
     "int_argmax_past_threadgroup": KernelFault(
         ("parity", "shapes"), "shapes.argmax", ALL_DEVICES, "argmax"
     ),
-    "multinomial_int_min": KernelFault(("sampling",), "sampling.multinomial", ALL_DEVICES),
+    # One-sample draws and Categorical.sample() reach the same op (issue 34).
+    "multinomial_int_min": KernelFault(
+        ("sampling",), "sampling.multinomial", ALL_DEVICES,
+        also=("sampling.multinomial_one_sample", "sampling.categorical_sample"),
+    ),  # fmt: skip
 }
 #: How often each installed size-only fault changed a result, in this process.
 FIRED: dict[str, int] = {}

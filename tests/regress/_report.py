@@ -234,6 +234,7 @@ def markdown(
         "categories never drawn, moments within 6 standard errors, same seed same draw "
         "(tests/regress/_sampling.py).",
     )  # fmt: skip
+    lines += _workloads_section(report)
     lines += checks_section(
         "Kernel compile probe", report.get("kernels") or [],
         "A compute pipeline for every function of torch's bundled Metal library, on this GPU "
@@ -352,6 +353,31 @@ def _reports_section(report: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {r['op']} | {r['dtype']} | {_SYMBOL.get(r['status'], r['status'])} | {r.get('runs', '')} | "
             f"{f'{err:.3g}' if isinstance(err, (int, float)) else ''} | {r['case']} | "
+            f"{str(r.get('detail', '')).replace('|', '/')} |"
+        )
+    lines.append("")
+    return lines
+
+
+def _workloads_section(report: dict[str, Any]) -> list[str]:
+    rows = report.get("workloads") or []
+    if not rows:
+        return []
+    lines = [
+        "## Workloads",
+        "",
+        "Small fixed models at the shapes real workloads use, against the CPU, forward (and",
+        "backward where it trains), with the tolerances of tolerances.yaml's `workloads`",
+        "(tests/regress/_workloads.py).",
+        "",
+        "| workload | row | dtype | status | max abs err | seconds | what | detail |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        err = r.get("max_abs_err")
+        lines.append(
+            f"| {r.get('workload', '')} | {r['op']} | {r['dtype']} | {_SYMBOL.get(r['status'], r['status'])} | "
+            f"{f'{err:.3g}' if isinstance(err, (int, float)) else ''} | {r.get('seconds', '')} | {r['case']} | "
             f"{str(r.get('detail', '')).replace('|', '/')} |"
         )
     lines.append("")

@@ -26,6 +26,7 @@ failing on a machine with no Intel or AMD GPU.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +50,19 @@ from ._parity import (
 SECTION = "reports"
 PREFIX = "reports."
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
+# Integer outputs are compared exactly whatever the family's tolerance says.
+EXACT = Tolerance(0.0, 0.0)
+
+# A fault that fires in 4% of runs (pytorch 84138 saw about 4 NaN trials in 100) escapes n
+# runs with probability 0.96^n; at most 1% needs n >= ln(0.01) / ln(0.96) = 112.8.
+MISS_RATE, CATCH = 0.04, 0.99
+REPEATS = math.ceil(math.log(1 - CATCH) / math.log(1 - MISS_RATE))
+
+
+def repeat_note(n: int = REPEATS) -> str:
+    """The arithmetic of `n` runs, for a row's description."""
+    return (f"{n} runs: a fault firing in {MISS_RATE:.0%} of runs escapes all of them with "
+            f"probability {1 - MISS_RATE:g}^{n} = {(1 - MISS_RATE) ** n:.2%}")  # fmt: skip
 
 Inputs = tuple[Any, ...]
 
@@ -64,6 +78,14 @@ class Case:
     repeat: int = 1  # device runs, each compared with the one CPU reference
     # Module cases build their weights from this seed on both sides (same initial values).
     module: Callable[[], torch.nn.Module] | None = None
+    # The CPU reference, when the device's op is not the CPU's (weight-packed matmuls take a
+    # device-specific packing): called with the same CPU inputs as `fn` on the device.
+    reference: Callable[..., Any] | None = None
+    # Why the row cannot run on (device, dtype) with this torch, or None: an op this line or
+    # backend lacks is a skip with its reason, not an error.
+    unavailable: Callable[[str, str], str | None] | None = None
+    # Run once on each side's inputs before the runs (weight packing, as a model loader does).
+    prepare: Callable[..., Inputs] | None = None
 
     @property
     def op(self) -> str:
@@ -145,6 +167,123 @@ def _lstm() -> torch.nn.Module:
     return torch.nn.LSTM(5, 128, batch_first=True)
 
 
+def _conv1d_499_taps(g: torch.Generator, t: torch.dtype) -> Inputs:
+    # The test pytorch 84138 ran on an Intel iMac (from pytorch 81185): a 1024-sample signal
+    # and a 499-tap kernel, torch.randn both, new values each trial.
+    return _randn(g, t, 1, 1, 1024), _randn(g, t, 1, 1, 499)
+
+
+def _conv1d_255_taps_channels(g: torch.Generator, t: torch.dtype) -> Inputs:
+    # The same long kernel with channels and a batch, the shape of a learned audio filter bank.
+    return _randn(g, t, 4, 8, 1024), _randn(g, t, 8, 8, 255, scale=0.1), _randn(g, t, 8)
+
+
+# Weight-packed matmuls, as quantized LLMs run them: one token (M = 1) through a 4096-wide
+# projection of a 1B-class model's width. int4: groups of 32 along K, value (q - 8) * scale + zero, the
+# convention of the CUDA (tinygemm), MPS and CPU kernels alike.
+PACK_K = PACK_N = 2048
+INT4_GROUP = 32
+INT4_INNER_K_TILES = 2
+
+
+def _int8_weights(g: torch.Generator, t: torch.dtype) -> Inputs:
+    x = _randn(g, t, 1, PACK_K)
+    w = torch.randint(-127, 128, (PACK_N, PACK_K), generator=g, dtype=torch.int8)
+    scales = (torch.rand(PACK_N, generator=g) * 2e-4 + 1e-4).to(t)
+    return x, w, scales
+
+
+def _int8_reference(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return x.float() @ (w.float() * scales.float()[:, None]).T
+
+
+def _int4_weights(g: torch.Generator, t: torch.dtype) -> Inputs:
+    x = _randn(g, t, 1, PACK_K)
+    q = torch.randint(0, 16, (PACK_N, PACK_K), generator=g, dtype=torch.int32)
+    groups = PACK_K // INT4_GROUP
+    scales = torch.rand(groups, PACK_N, generator=g) * 2e-3 + 1e-3
+    zeros = torch.randn(groups, PACK_N, generator=g) * 1e-3
+    return x, q, torch.stack([scales, zeros], -1).to(t)  # [K / group, N, 2]
+
+
+def _int4_reference(x: torch.Tensor, q: torch.Tensor, sz: torch.Tensor) -> torch.Tensor:
+    per_k = sz.float().repeat_interleave(INT4_GROUP, 0)  # [K, N, 2]
+    w = (q.float().T - 8) * per_k[..., 0] + per_k[..., 1]  # [K, N]
+    return x.float() @ w
+
+
+def _nibbles(q: torch.Tensor) -> torch.Tensor:
+    """[N, K] values 0..15 as [N, K / 2] uint8, the even k in the high nibble."""
+    return ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8)
+
+
+def _cpu_int4_pack(q: torch.Tensor) -> torch.Tensor:
+    # The CPU packer took [N, K] int32 until torch 2.6 and takes [N, K / 2] uint8 since.
+    try:
+        return torch._convert_weight_to_int4pack_for_cpu(_nibbles(q), INT4_INNER_K_TILES)
+    except RuntimeError:
+        return torch._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES)
+
+
+def _int4_prepare(x: torch.Tensor, q: torch.Tensor, sz: torch.Tensor) -> Inputs:
+    """Pack the weights once per device, as a model loader does."""
+    if x.device.type == "cpu":
+        return x, _cpu_int4_pack(q), sz
+    return x, torch._convert_weight_to_int4pack(_nibbles(q), INT4_INNER_K_TILES), sz
+
+
+def _int4_mm(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor) -> torch.Tensor:
+    if x.device.type == "cpu":
+        return torch._weight_int4pack_mm_for_cpu(x, packed, INT4_GROUP, sz)
+    return torch._weight_int4pack_mm(x, packed, INT4_GROUP, sz)
+
+
+def _kernel_missing(*ops: str) -> Callable[[str, str], str | None]:
+    """A row's `unavailable`: the aten ops this torch has no kernel of for the device."""
+
+    def why(device: str, dtype: str) -> str | None:
+        key = "CPU" if device == "cpu" else device.upper()
+        for op in ops:
+            name = op if device != "cpu" else _CPU_VARIANT.get(op, op)
+            try:
+                has = torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", key)
+            except RuntimeError:  # an op this torch does not define at all
+                has = False
+            if not has:
+                return f"torch {torch.__version__} has no aten::{name} kernel for {device}"
+        if device == "cuda" and dtype != "bfloat16" and "_weight_int4pack_mm" in ops:
+            return "CUDA's _weight_int4pack_mm takes bfloat16 activations only"
+        return None
+
+    return why
+
+
+_CPU_VARIANT = {
+    "_weight_int4pack_mm": "_weight_int4pack_mm_for_cpu",
+    "_convert_weight_to_int4pack": "_convert_weight_to_int4pack_for_cpu",
+}
+
+
+def _int64_scalar_2p32(g: torch.Generator, t: torch.dtype) -> Inputs:
+    # pytorch 78848: torch.arange(6) + (1 << 32) gave 0..5 on an x86 MacBook Pro's AMD GPU
+    # (int64 taken down to int32). 4099 values: whole vectors and a tail.
+    return (torch.arange(-2049, 2050, dtype=torch.int64) * 3,)
+
+
+def _int64_operands(g: torch.Generator, t: torch.dtype) -> Inputs:
+    # Values on both sides of 2^31 and 2^32, whose sums, differences and products carry into
+    # or come from the upper word.
+    a = torch.randint(-(1 << 40), 1 << 40, (4099,), generator=g, dtype=torch.int64)
+    b = torch.randint(-(1 << 33), 1 << 33, (4099,), generator=g, dtype=torch.int64)
+    a[:5] = torch.tensor([(1 << 31) - 1, 1 << 31, (1 << 32) - 1, 1 << 32, -(1 << 32)])
+    return a, b
+
+
+def _int64_arith(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    small = b % 65536  # products of up to 2^56: exact in int64
+    return a + b, a - b, a * small, -a, a // 65537, torch.cumsum(b, 0)
+
+
 CASES: tuple[Case, ...] = (
     Case("linear_320_to_1280", "matmul", "F.linear(1 x 320, 1280 x 320), no bias",
          ("float32", "float16"), _linear_sd, F.linear),
@@ -152,10 +291,31 @@ CASES: tuple[Case, ...] = (
          ("float32", "float16"), _linear_sd_bias, F.linear),
     Case("linear_decode_2048", "matmul", "F.linear(1 x 2048, 2048 x 2048, bias 2048)",
          ("float32", "float16"), _linear_decode, F.linear),
-    Case("mm_repeat", "matmul", "128 x 128 @ 128 x 128, 20 runs", ("float32",), _mm_square,
-         torch.mm, repeat=20),
-    Case("conv1d_repeat", "conv", "conv1d(2 x 32 x 256, 32 x 32 x 3, padding 1), 20 runs",
-         ("float32",), _conv1d_in, lambda x, w, b: F.conv1d(x, w, b, padding=1), repeat=20),
+    Case("mm_repeat", "matmul", f"128 x 128 @ 128 x 128; {repeat_note()}", ("float32",),
+         _mm_square, torch.mm, repeat=REPEATS),
+    Case("conv1d_repeat", "conv", f"conv1d(2 x 32 x 256, 32 x 32 x 3, padding 1); {repeat_note()}",
+         ("float32",), _conv1d_in, lambda x, w, b: F.conv1d(x, w, b, padding=1), repeat=REPEATS),
+    Case("conv1d_499_taps_repeat", "conv", f"conv1d(1 x 1 x 1024, 1 x 1 x 499); {repeat_note()}",
+         ("float32",), _conv1d_499_taps, F.conv1d, repeat=REPEATS),
+    Case("conv1d_255_taps_repeat", "conv",
+         f"conv1d(4 x 8 x 1024, 8 x 8 x 255, bias, padding 127); {repeat_note()}",
+         ("float32",), _conv1d_255_taps_channels,
+         lambda x, w, b: F.conv1d(x, w, b, padding=127), repeat=REPEATS),
+    Case("weight_int8pack_mm_decode", "matmul",
+         f"_weight_int8pack_mm(1 x {PACK_K}, int8 {PACK_N} x {PACK_K}, per-channel scales); "
+         f"{repeat_note()}", ("float32", "float16", "bfloat16"), _int8_weights,
+         lambda x, w, scales: torch._weight_int8pack_mm(x, w, scales),
+         repeat=REPEATS, reference=_int8_reference, unavailable=_kernel_missing("_weight_int8pack_mm")),
+    Case("weight_int4pack_mm_decode", "matmul",
+         f"_weight_int4pack_mm(1 x {PACK_K}, int4 {PACK_N} x {PACK_K}, groups of {INT4_GROUP}); "
+         f"{repeat_note()}", ("bfloat16", "float16"), _int4_weights, _int4_mm, repeat=REPEATS,
+         reference=_int4_reference, prepare=_int4_prepare,
+         unavailable=_kernel_missing("_convert_weight_to_int4pack", "_weight_int4pack_mm")),
+    Case("int64_add_2p32", "shape", f"int64 x + (1 << 32), 4099 values; {repeat_note()}",
+         ("int64",), _int64_scalar_2p32, lambda x: x + (1 << 32), repeat=REPEATS),
+    Case("int64_arith_high_word", "shape",
+         f"int64 add, sub, mul, neg, floor-divide, cumsum on values past 2^32, 4099 each; {repeat_note()}",
+         ("int64",), _int64_operands, _int64_arith, repeat=REPEATS),
     Case("cast_half_to_int8", "shape", "4099 float16 values in [-128, 127] -> int8",
          ("float16",), _half_to_int(-128, 127), lambda x: x.to(torch.int8)),
     Case("cast_half_to_uint8", "shape", "4099 float16 values in [0, 255] -> uint8",
@@ -208,9 +368,11 @@ def _move(inputs: Inputs, device: str, dtype: torch.dtype | None) -> Inputs:
     return tuple(out)
 
 
-def _call(case: Case, inputs: Inputs, device: str, dtype: torch.dtype) -> Any:
+def _call(
+    case: Case, inputs: Inputs, device: str, dtype: torch.dtype, reference: bool = False
+) -> Any:
     if case.module is None:
-        return case.fn(*inputs)
+        return (case.reference if reference and case.reference else case.fn)(*inputs)
     torch.manual_seed(0)  # the same initial weights on both sides
     module = case.module().to(device=device, dtype=dtype)
     with torch.no_grad():
@@ -226,14 +388,21 @@ def run_case(
     inputs = case.make(torch.Generator().manual_seed(seed), tdtype)
     ref_dtype = torch.float32 if low else tdtype
     with torch.no_grad():
-        ref = _call(case, _move(inputs, "cpu", ref_dtype), "cpu", ref_dtype)
+        ref = _call(case, _move(inputs, "cpu", ref_dtype), "cpu", ref_dtype, reference=True)
     extra = {"atol": tol.atol, "rtol": tol.rtol}
     worst_abs = worst_rel = 0.0
+    prepared: Inputs | None = None
     for run in range(case.repeat):
         where = f"run {run + 1} of {case.repeat}: " if case.repeat > 1 else ""
         try:
+            if case.prepare is not None and prepared is None:
+                with torch.no_grad():
+                    prepared = case.prepare(*_move(inputs, device, None))
             with torch.no_grad():
-                out = _call(case, _move(inputs, device, None), device, tdtype)
+                # Fresh copies each run (a copy that goes wrong now and then is caught too);
+                # prepared inputs are made once, as a loader packs weights once.
+                args = prepared if prepared is not None else _move(inputs, device, None)
+                out = _call(case, args, device, tdtype)
             if fault is not None:
                 out = fault.apply(out, seed + run)
             synchronize(device)
@@ -264,15 +433,19 @@ def run(
             if not stream.begin(SECTION, _row(case, dtype, "error")):
                 continue  # an earlier attempt of this group began it (and hung there)
             ok, why = supported[dtype]
+            missing = case.unavailable(device, dtype) if ok and case.unavailable else None
             if not ok:
                 row = _row(case, dtype, "unsupported", detail=f"device probe: {why}")
+            elif missing:
+                row = _row(case, dtype, "skip", detail=missing)
             else:
                 try:
-                    row = run_case(case, device, dtype, tolerances[case.family][dtype], fault, index)
+                    tol = tolerances[case.family].get(dtype, EXACT)  # integer rows: exact
+                    row = run_case(case, device, dtype, tol, fault, index)
                 except Exception as exc:  # noqa: BLE001  # the suite's own code: still a row
                     row = _row(case, dtype, "error", detail=f"check raised {_short(exc)}")
             out.append(row)
             stream.row(SECTION, row)
-            if row["status"] != "pass":
+            if row["status"] not in ("pass", "skip"):
                 echo(f"regress: reports {row['op']} {dtype}: {row['status']} {row['detail']}")
     return out

@@ -11,7 +11,7 @@ device that supports every dtype would write them.
 
 from __future__ import annotations
 
-from . import _memory, _ops, _parity, _reports, _sampling, _shapes, _training, _vision
+from . import _memory, _ops, _parity, _reports, _sampling, _shapes, _training, _vision, _workloads
 
 Key = tuple[str, str, str]
 
@@ -58,7 +58,11 @@ def training_rows() -> set[Key]:
     return {("training", name, "float32") for name in _training.MODELS}
 
 
+def workloads_rows() -> set[Key]:
+    return {("workloads", op, d) for op, d in _workloads.rows()}
+
+
 def suite_rows() -> set[Key]:
     """Every (group, op, dtype) of a full run (no --quick) on a device with every dtype."""
     return (parity_rows() | shapes_rows() | reports_rows() | sampling_rows() | memory_rows()
-            | training_rows() | kernels_rows())  # fmt: skip
+            | training_rows() | kernels_rows() | workloads_rows())  # fmt: skip

@@ -23,6 +23,7 @@ import torch
 
 from ._device import dtype_supported, synchronize
 from ._parity import _classify, _short
+from ._reports import REPEATS, repeat_note
 
 SECTION = "sampling"
 SIGMAS = 6.0
@@ -124,6 +125,82 @@ def _multinomial(dtype: torch.dtype, k: int, replacement: bool) -> Check:
     return Check("multinomial", f"{k} categories, {mode}", str(dtype).removeprefix("torch."), run, draw)
 
 
+# One sample at a time, as a language model picks its next token: on MPS, multinomial(p, 1)
+# takes a path of its own (exponential_ noise and an argmax) that many-sample draws never
+# reach. The reports all draw one sample: pytorch 92752 and 98612 (torch.multinomial(p, 1)
+# returned -2^63), 148949 (Categorical(logits).sample(), the same), 192577 (a zero-probability
+# token now and then, from an exponential_ that returns -0.0). Each table is drawn REPEATS
+# times, each draw a kernel launch of its own.
+# pytorch 148949's 27 logits.
+LOGITS_148949 = (
+    -0.6194, 0.2150, 0.0741, -0.5155, -0.3574, 0.1880, 0.3493, 0.2933, 0.3222, 0.1351, -0.1676,
+    0.2195, -0.2661, -0.1681, 0.0102, -0.2942, 0.1377, -0.3102, 0.0231, -0.3813, -0.8353,
+    -0.0413, -0.2836, -0.0108, -0.6760, -0.0350, -0.6092,
+)  # fmt: skip
+VOCAB = 32000  # LLaMA's vocabulary (pytorch 98612's probabilities came from nanoGPT: 50257)
+
+
+def _one_sample_tables(dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
+    """(name, probabilities in `dtype` on the CPU), each a 2-D table of rows."""
+    gen = torch.Generator().manual_seed(92752)
+    # Ten rows (pytorch 92752's probs0.txt has ten) of next-token probabilities, sharpened as
+    # a low temperature does, so that most of the tail is exactly zero (pytorch 192577).
+    logits = torch.randn(10, VOCAB, generator=gen, dtype=torch.float64) * 4.0
+    logits[:, :16] += 40.0
+    return [
+        # A commenter's row on pytorch 92752: two non-zero categories of six.
+        ("92752", torch.tensor([[2.3634e-04, 1.2352e-05, 0.0, 0.0, 0.0, 0.0]]).to(dtype)),
+        ("148949", torch.softmax(torch.tensor([LOGITS_148949], dtype=torch.float64), -1).to(dtype)),
+        (f"10 x {VOCAB} sharpened", torch.softmax(logits, -1).to(dtype)),
+    ]
+
+
+def _check_one_draw(name: str, x: torch.Tensor, probs: torch.Tensor, i: int) -> None:
+    where = f"table {name}, draw {i + 1} of {REPEATS}"
+    _need(x.dtype == torch.int64, f"{where}: dtype {x.dtype}, expected torch.int64")
+    k = probs.shape[-1]
+    low, high = int(x.min()), int(x.max())
+    _need(low >= 0 and high < k, f"{where}: sample out of range: {low if low < 0 else high} (categories 0..{k - 1})")
+    rows = probs.reshape(-1, k)
+    picked = rows[torch.arange(rows.shape[0]), x.reshape(-1)]
+    zero = int((picked == 0).sum())
+    _need(zero == 0, f"{where}: {zero} sample(s) of a category whose probability is zero")
+
+
+def _one_sample_check(op: str, dtype: torch.dtype, sample: Callable[[torch.Tensor], torch.Tensor]) -> Check:
+    tables = _one_sample_tables(dtype)
+
+    def draw(dev: str) -> torch.Tensor:
+        return torch.cat([sample(p.to(dev)).reshape(-1) for _, p in tables])
+
+    def run(dev: str) -> None:
+        for name, p in tables:
+            on_dev = p.to(dev)
+            draws = []
+            for i in range(REPEATS):
+                x = _host(sample(on_dev))
+                _need(x.numel() == p.shape[0], f"table {name}: {x.numel()} samples for {p.shape[0]} rows")
+                _check_one_draw(name, x, p, i)
+                draws.append(x.reshape(-1))
+            if p.shape[0] == 1:  # one distribution drawn REPEATS times: its counts too
+                probs = p.double().flatten()
+                _counts(torch.cat(draws), probs / probs.sum(), f"table {name}, {REPEATS} draws")
+        synchronize(dev)
+
+    case = (f"one sample from tables 92752 (1 x 6), 148949 (1 x 27), 10 x {VOCAB} with a zero "
+            f"tail; {repeat_note()}")  # fmt: skip
+    return Check(op, case, str(dtype).removeprefix("torch."), run, draw)
+
+
+def _multinomial_one(p: torch.Tensor) -> torch.Tensor:
+    return torch.multinomial(p, 1)
+
+
+def _categorical_sample(p: torch.Tensor) -> torch.Tensor:
+    # Categorical normalises probs and draws with multinomial(., 1, True); logits as in 148949.
+    return torch.distributions.Categorical(logits=p.log(), validate_args=False).sample()
+
+
 def _randint(dtype: torch.dtype) -> Check:
     low, high = -5, 12
 
@@ -198,6 +275,10 @@ def checks(device: str) -> Iterator[Check]:
         if dtype == torch.float32:
             yield _multinomial(dtype, 1000, True)
             yield _multinomial(dtype, 1000, False)
+        if dtype in (torch.float32, torch.float16):
+            yield _one_sample_check("multinomial_one_sample", dtype, _multinomial_one)
+        if dtype == torch.float32:
+            yield _one_sample_check("categorical_sample", dtype, _categorical_sample)
     for idtype in (torch.int32, torch.int64):
         yield _randint(idtype)
 

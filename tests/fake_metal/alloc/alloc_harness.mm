@@ -278,6 +278,253 @@ struct AllocatorFront {
   }
 };
 
+
+// The life of blocks in one allocator (issue 35): mirrors, in our words, of the dated
+// candidate's alloc_heap, split_free_block, merge_free_blocks/coalesce_free_blocks,
+// free_buffer, release_free_heaps and alloc_buffer_block's retries up to its
+// out-of-memory check (release lines 183-516 of 2.15.0, 183-482 of 2.14.1:
+// docs/mps-device-policy.md), over the exact header's BufferPool, HeapBlock and BufferBlock
+// with the series' hooks (poolUsage, poolMinSplit, newAllocatorHeap) and the series' own
+// front of alloc_buffer_block. The stream is an opaque pointer, as upstream compares it.
+struct BlockLife {
+  AllocatorFront front;
+  id<MTLDevice> device;
+  size_t max_total;        // m_max_total_allowed_size: the high watermark ratio times the working set
+  size_t heaps_total = 0;  // m_total_allocated_memory: the sizes of the pools' heaps
+  int nil_placements = 0;  // where upstream's TORCH_INTERNAL_ASSERT(block->buffer) fires
+  at::mps::MPSStream* stream = nullptr;
+  std::vector<BufferBlock*> live;
+
+  BlockLife(id<MTLDevice> d, double high_watermark_ratio)
+      : front(d),
+        device(d),
+        max_total(static_cast<size_t>(high_watermark_ratio * (double)[d recommendedMaxWorkingSetSize])) {}
+
+  size_t device_allocated() const {
+    return [device currentAllocatedSize];
+  }
+  bool idle(BufferBlock* b) const {
+    return b->buffer == nil || [b->buffer retainCount] <= 1;
+  }
+  void place(BufferPool& pool, BufferBlock* b) {
+    b->buffer = b->heap->newMTLBuffer(b->size, pool.usage, b->offset);
+    nil_placements += b->buffer == nil;
+    b->stream = stream;
+  }
+  void unplace(BufferBlock* b) {
+    if (b->buffer != nil) {
+      b->heap->releaseMTLBuffer(b->buffer);
+    }
+    b->stream = nullptr;
+  }
+
+  // A block of `size` cut from the free block `b`; a remainder of at least min_split stays
+  // free, and the buffer is placed again when the range changes or changes stream.
+  BufferBlock* split(BufferPool& pool, BufferBlock* b, size_t size) {
+    HeapBlock* heap = b->heap;
+    pool.available_buffers.erase(b);
+    pool.available_size -= b->size;
+    heap->free_bytes -= b->size;
+    const size_t rest = b->size - size;
+    if (rest >= pool.min_split || b->stream != stream) {
+      unplace(b);
+    }
+    if (rest >= pool.min_split) {
+      auto* remainder = new BufferBlock(rest, b->offset + size, heap);
+      remainder->next = b->next;
+      b->next = remainder;
+      b->size = size;
+      pool.available_buffers.insert(remainder);
+      pool.available_size += rest;
+      heap->free_bytes += rest;
+    }
+    if (b->buffer == nil) {
+      place(pool, b);
+    }
+    heap->max_free_run = std::min(heap->max_free_run, heap->free_bytes);
+    return b;
+  }
+
+  BufferBlock* merge(BufferPool& pool, BufferBlock* first, BufferBlock* last) {
+    if (first == last) {
+      return first;
+    }
+    BufferBlock* after = last->next;
+    pool.available_buffers.erase(first);
+    unplace(first);
+    size_t merged = first->size;
+    for (BufferBlock* b = first->next; b != after;) {
+      BufferBlock* next = b->next;
+      pool.available_buffers.erase(b);
+      unplace(b);
+      merged += b->size;
+      delete b;
+      b = next;
+    }
+    first->size = merged;
+    first->next = after;
+    pool.available_buffers.insert(first);
+    return first;
+  }
+
+  BufferBlock* coalesce(BufferPool& pool, size_t size) {
+    for (HeapBlock* heap : pool.heaps) {
+      if (heap->max_free_run < size) {
+        continue;
+      }
+      size_t largest = 0, run = 0, mergeable = 0;
+      BufferBlock* first = nullptr;
+      for (BufferBlock* b = heap->first_block; b != nullptr; b = b->next) {
+        if (b->in_use) {
+          run = mergeable = 0;
+          first = nullptr;
+          continue;
+        }
+        run += b->size;
+        largest = std::max(largest, run);
+        if (!idle(b)) {
+          mergeable = 0;
+          first = nullptr;
+          continue;
+        }
+        first = first != nullptr ? first : b;
+        mergeable += b->size;
+        if (mergeable >= size) {
+          return split(pool, merge(pool, first, b), size);
+        }
+      }
+      heap->max_free_run = largest;
+    }
+    return nullptr;
+  }
+
+  // A cached block: the smallest of this stream's that fits without leaving a split-worthy
+  // remainder, else the smallest of any stream whose range no command buffer holds.
+  BufferBlock* get_free(BufferPool& pool, size_t size, bool in_flight_ok) {
+    if (device_allocated() + size > max_total) {
+      return nullptr;
+    }
+    BufferBlock key(size);
+    for (auto it = pool.available_buffers.lower_bound(&key); it != pool.available_buffers.end(); ++it) {
+      BufferBlock* b = *it;
+      if (b->stream != stream) {
+        continue;
+      }
+      if (b->buffer != nil && b->size - size < pool.min_split && (in_flight_ok || [b->buffer retainCount] == 1)) {
+        return split(pool, b, size);
+      }
+      break;
+    }
+    auto it = pool.available_buffers.lower_bound(&key);
+    if (it != pool.available_buffers.end() && idle(*it)) {
+      return split(pool, *it, size);
+    }
+    return coalesce(pool, size);
+  }
+
+  BufferBlock* alloc_heap(BufferPool& pool, size_t size, size_t requested, bool ordered) {
+    if (device_allocated() + size > max_total) {
+      return nullptr;
+    }
+    AllocParams params(size, requested, &pool, ordered);
+    HeapBlock* heap = HeapBlock::createHeapBlock(params, device, pool.usage);
+    if (heap == nullptr) {
+      return nullptr;
+    }
+    heaps_total += heap->total_size;
+    pool.heaps.insert(heap);
+    auto* block = new BufferBlock(heap->total_size, 0, heap);
+    heap->first_block = block;
+    pool.available_buffers.insert(block);
+    pool.available_size += heap->total_size;
+    return split(pool, block, size);
+  }
+
+  // Whole free heaps, oldest first, until `target` bytes are given back.
+  size_t release_free_heaps(BufferPool& pool, size_t target = SIZE_MAX) {
+    std::vector<HeapBlock*> free_heaps;
+    size_t chosen = 0;
+    for (HeapBlock* heap : pool.heaps) {
+      if (chosen >= target) {
+        break;
+      }
+      bool releasable = heap->free_bytes == heap->total_size;
+      for (BufferBlock* b = heap->first_block; releasable && b != nullptr; b = b->next) {
+        releasable = idle(b);
+      }
+      if (releasable) {
+        free_heaps.push_back(heap);
+        chosen += heap->total_size;
+      }
+    }
+    size_t released = 0;
+    for (HeapBlock* heap : free_heaps) {
+      for (BufferBlock* b = heap->first_block; b != nullptr;) {
+        BufferBlock* next = b->next;
+        pool.available_buffers.erase(b);
+        pool.available_size -= b->size;
+        unplace(b);
+        delete b;
+        b = next;
+      }
+      heap->first_block = nullptr;
+      pool.heaps.erase(heap);
+      heaps_total -= heap->total_size;
+      released += heap->total_size;
+      heap->releaseMTLHeap();
+      delete heap;
+    }
+    return released;
+  }
+
+  size_t release_all() {
+    return release_free_heaps(front.shared_large) + release_free_heaps(front.shared_small) +
+        release_free_heaps(front.scalar);
+  }
+
+  // alloc_buffer_block: the cache, a new heap, the pool's free heaps given back, every
+  // pool's, then out of memory. -1: out of memory; -2: a placement came back nil.
+  int alloc(size_t size, uint32_t usage, bool ordered) {
+    size_t alloc_size = 0;
+    BufferPool& pool = front.front(size, usage, ordered, alloc_size);
+    const int nil_before = nil_placements;
+    BufferBlock* b = get_free(pool, alloc_size, ordered);
+    if (b == nullptr) {
+      b = alloc_heap(pool, alloc_size, size, ordered);
+    }
+    if (b == nullptr && release_free_heaps(pool, alloc_size) > 0) {
+      b = alloc_heap(pool, alloc_size, size, ordered);
+    }
+    if (b == nullptr) {
+      release_all();
+      b = get_free(pool, alloc_size, ordered);
+      b = b != nullptr ? b : alloc_heap(pool, alloc_size, size, ordered);
+    }
+    if (nil_placements != nil_before) {
+      return -2;
+    }
+    if (b == nullptr) {
+      return -1;
+    }
+    b->in_use = true;
+    b->requested_size = size;
+    live.push_back(b);
+    return static_cast<int>(live.size()) - 1;
+  }
+
+  void free(int handle) {
+    BufferBlock* b = live.at(handle);
+    live[handle] = nullptr;
+    BufferPool& pool = *b->heap->pool;
+    b->in_use = false;
+    pool.available_buffers.insert(b);
+    pool.available_size += b->size;
+    b->heap->free_bytes += b->size;
+    b->heap->max_free_run = b->heap->free_bytes;
+  }
+};
+
+BlockLife* g_life = nullptr;
 } // namespace
 #endif
 
@@ -341,6 +588,53 @@ const char* alloc_place_requests(uint64_t registry_id, uint32_t usage, const uin
 }
 #endif
 
+#if INTELMAC_TEST_PLACEMENT
+// The block-life allocator on `registry_id`'s device (BlockLife), its high watermark ratio
+// the series' default there (defaultHighWatermarkRatio of upstream's 1.7, as init_allocator
+// with patch 0009 asks it).
+void life_begin(uint64_t registry_id) {
+  @autoreleasepool {
+    id<MTLDevice> device = find_device(registry_id);
+    delete g_life;
+    g_life = new BlockLife(device, at::mps::defaultHighWatermarkRatio(device, 1.7));
+  }
+}
+
+// A request on stream `stream` (an opaque id): its handle, -1 out of memory, -2 a nil placement.
+int life_alloc(uint64_t size, uint32_t usage, int stream_ordered, int stream) {
+  @autoreleasepool {
+    g_life->stream = reinterpret_cast<at::mps::MPSStream*>(static_cast<uintptr_t>(0x1000 + stream));
+    return g_life->alloc(size, usage, stream_ordered != 0);
+  }
+}
+
+void life_free(int handle) {
+  g_life->free(handle);
+}
+
+// What the allocator counts against what the device holds.
+const char* life_stats() {
+  std::string json = "{\"heaps_total\": " + std::to_string(g_life->heaps_total) +
+      ", \"device_allocated\": " + std::to_string(g_life->device_allocated()) +
+      ", \"max_total\": " + std::to_string(g_life->max_total) +
+      ", \"nil_placements\": " + std::to_string(g_life->nil_placements) +
+      ", \"scalar_min_split\": " + std::to_string(g_life->front.scalar.min_split) + "}";
+  return give(json);
+}
+
+// Frees what is still held, gives every heap back, ends the allocator.
+void life_end() {
+  @autoreleasepool {
+    for (size_t i = 0; i < g_life->live.size(); ++i) {
+      if (g_life->live[i] != nullptr) {
+        g_life->free(static_cast<int>(i));
+      }
+    }
+    g_life->release_all();
+  }
+}
+#endif
+
 #if INTELMAC_TEST_POOL_SELECTION
 // A request through upstream's own allocator on `registry_id`'s device: a fresh
 // MPSHeapAllocatorImpl (init_allocator -> init_buffer_pools), then get_allocation_size and
@@ -393,6 +687,12 @@ uint32_t alloc_request_usage(uint64_t registry_id, uint32_t usage, int stream_or
 double alloc_default_low_watermark(uint64_t registry_id, double upstream_default) {
   @autoreleasepool {
     return at::mps::defaultLowWatermarkRatio(find_device(registry_id), upstream_default);
+  }
+}
+
+double alloc_default_high_watermark(uint64_t registry_id, double upstream_default) {
+  @autoreleasepool {
+    return at::mps::defaultHighWatermarkRatio(find_device(registry_id), upstream_default);
   }
 }
 

@@ -358,6 +358,8 @@ def _env_state(value: Optional[str]) -> str:
 
 def report(is_available: Callable[[], bool]) -> Dict[str, Any]:
     """Everything ``python -m torch.backends.mps`` shows, as JSON-ready data."""
+    from torch.backends.mps._memory import memory_limit  # it reads this module's devices()
+
     usable = bool(is_available()) if _built_with_mps() else False
     return {
         "torch_version": str(torch.__version__),
@@ -367,8 +369,20 @@ def report(is_available: Callable[[], bool]) -> Dict[str, Any]:
         "allow_intel_gpu": get_allow_intel_gpu(),
         "environment": {name: os.environ.get(name) for name in (ALLOW_ENV, DEVICE_ENV)},
         "devices": [d._asdict() for d in devices()],
+        "memory_limit": memory_limit() if usable else None,
         "build_info": build_info(),
     }
+
+
+def _format_limit(limit: Optional[Dict[str, Any]]) -> str:
+    if limit is None:
+        return "MPS memory limit: - (no device in use)"
+    if limit["ratio"] is None:
+        return f"MPS memory limit: unknown ({limit['source']})"
+    if limit["limit_bytes"] is None:
+        return f"MPS memory limit: none (ratio 0 from {limit['source']})"
+    return (f"MPS memory limit: {_gib(limit['limit_bytes'])} ({limit['ratio']:g} x the recommended working set; "
+            f"{limit['source']})")
 
 
 def format_report(data: Dict[str, Any]) -> str:
@@ -386,6 +400,7 @@ def format_report(data: Dict[str, Any]) -> str:
         "",
         format_device_table(infos),
         "",
+        _format_limit(data.get("memory_limit")),
         f"torch.backends.mps.allow_intel_gpu = {data['allow_intel_gpu']}",
         f"{ALLOW_ENV}: {_env_state(data['environment'][ALLOW_ENV])}",
         f"{DEVICE_ENV}: {_env_state(data['environment'][DEVICE_ENV])}",

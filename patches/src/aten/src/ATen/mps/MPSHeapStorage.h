@@ -77,8 +77,20 @@ inline uint32_t sizingUsage(id<MTLDevice> device, uint32_t request_usage, uint32
   return storage::size_with_pool_options(storageGpu(device)) ? pool_usage : request_usage;
 }
 
+// The smallest free remainder a BufferPool of `pool_usage` (after poolUsage())
+// splits off a block, on lines whose heaps are placement heaps (2.14.1, 2.15.0):
+// upstream's, except in a pool that stays CPU-visible on a GPU that is not an
+// Apple GPU, whose standalone heaps are never split (MPSStoragePolicy.h rule 7).
+template <typename Flags>
+size_t poolMinSplit(id<MTLDevice> device, uint32_t pool_usage, size_t upstream_min_split) {
+  return storage::cpu_pool_min_split(storageGpu(device), (pool_usage & Flags::SHARED) != 0, upstream_min_split);
+}
+
 // The allocator's default low watermark ratio on `device` (MPSStoragePolicy.h rule 6).
 TORCH_API double defaultLowWatermarkRatio(id<MTLDevice> device, double upstream_default);
+
+// The allocator's default high watermark ratio on `device` (MPSStoragePolicy.h rule 8).
+TORCH_API double defaultHighWatermarkRatio(id<MTLDevice> device, double upstream_default);
 
 } // namespace at::mps
 #endif

@@ -250,4 +250,8 @@ double defaultLowWatermarkRatio(id<MTLDevice> device, double upstream_default) {
   return storage::default_low_watermark_ratio(storageGpu(device), upstream_default);
 }
 
+double defaultHighWatermarkRatio(id<MTLDevice> device, double upstream_default) {
+  return storage::default_high_watermark_ratio(storageGpu(device), upstream_default);
+}
+
 } // namespace at::mps

@@ -63,7 +63,32 @@
 //        placements. An Apple GPU keeps upstream's sizes.
 //   default_low_watermark_ratio(gpu, upstream_default)
 //     6. On a GPU without unified memory the default low watermark is 1.0 (the
-//        recommended working set), as upstream had it before 2.12.
+//        recommended working set), as upstream had it before 2.12. On an Intel
+//        GPU (rule 8) it is kIntelLowWatermarkRatio, below that GPU's high one.
+//   cpu_pool_min_split(gpu, pool_stays_cpu_visible, upstream_min_split)
+//     7. On lines whose heaps are placement heaps (2.14.1, 2.15.0), a pool whose
+//        heaps rule 3 makes standalone (the scalar pool, which also serves
+//        pinned memory there: rule 5a) never splits a free block on a GPU that
+//        is not an Apple GPU: its min_split is kNeverSplit. Such a "heap" is
+//        one Metal buffer; upstream places a new buffer on each part of a split
+//        block and on each merged range, and off Apple GPUs every such
+//        placement is a new standalone allocation that the heap's size does
+//        not count and that Metal may refuse once the device is full (where
+//        upstream asserts the buffer). Unsplit, each heap holds one block whose
+//        buffer is the heap's own: what the allocator counts is what Metal
+//        holds, and a refusal can only come when a heap is made, where upstream
+//        releases its cache, retries and then raises its out-of-memory error.
+//   default_high_watermark_ratio(gpu, upstream_default)
+//     8. On an Intel GPU (not an Apple GPU, with unified memory: of an Intel
+//        Mac's GPUs only the integrated one) the allocator's default limit is
+//        kIntelHighWatermarkRatio times recommendedMaxWorkingSetSize, not
+//        upstream's 1.7. Apple documents that working set as what the GPU can
+//        allocate "without affecting its runtime performance"; an Intel iGPU's
+//        memory is system memory the GPU driver reserves out of the Mac's RAM
+//        (1536 MiB on a UHD 630), and past it the driver pages GPU memory while
+//        the CPU side of the same process competes for the same RAM.
+//        docs/mps-device-policy.md has the sources. Every other GPU keeps
+//        upstream's default; PYTORCH_MPS_HIGH_WATERMARK_RATIO still wins.
 #pragma once
 
 #include <cstddef>
@@ -99,6 +124,13 @@ inline constexpr std::size_t kDiscreteXLargeHeap = 128 * kMiB;
 inline constexpr std::size_t kRoundLarge = 2 * kMiB;
 // Upstream's default low watermark on discrete GPUs before 2.12.
 inline constexpr double kDiscreteLowWatermarkRatio = 1.0;
+// The allocator's default limits on an Intel GPU (rule 8), as multiples of
+// recommendedMaxWorkingSetSize. The low one keeps upstream's proportion between
+// its unified-memory defaults (1.4 of 1.7, about 0.82), rounded down.
+inline constexpr double kIntelHighWatermarkRatio = 1.0;
+inline constexpr double kIntelLowWatermarkRatio = 0.8;
+// A min_split no free block reaches: the block is never split (rule 7).
+inline constexpr std::size_t kNeverSplit = ~std::size_t{0};
 
 // Why CPU-visible memory is shared and not managed on a discrete GPU, for the
 // docs and the allocator's debug output. Managed storage keeps two copies: the
@@ -164,9 +196,33 @@ inline bool size_with_pool_options(const Gpu& gpu) {
   return !gpu.apple_gpu;
 }
 
+// An Intel GPU: of an Intel Mac's GPUs, the one that is not an Apple GPU and
+// reports unified memory (AMD GPUs do not; Apple GPUs are Apple1).
+inline bool intel_gpu(const Gpu& gpu) {
+  return !gpu.apple_gpu && gpu.unified_memory;
+}
+
 // The default low watermark ratio (rule 6).
 inline double default_low_watermark_ratio(const Gpu& gpu, double upstream_default) {
+  if (intel_gpu(gpu)) {
+    return kIntelLowWatermarkRatio;
+  }
   return gpu.unified_memory ? upstream_default : kDiscreteLowWatermarkRatio;
+}
+
+// The default high watermark ratio (rule 8).
+inline double default_high_watermark_ratio(const Gpu& gpu, double upstream_default) {
+  return intel_gpu(gpu) ? kIntelHighWatermarkRatio : upstream_default;
+}
+
+// The smallest free remainder a pool splits off a block (rule 7).
+// `pool_stays_cpu_visible`: the pool keeps upstream's SHARED flag after
+// device_tensor_pool_stays_shared (the scalar pool), so its heaps are standalone.
+inline std::size_t cpu_pool_min_split(const Gpu& gpu, bool pool_stays_cpu_visible, std::size_t upstream_min_split) {
+  if (gpu.apple_gpu || !pool_stays_cpu_visible) {
+    return upstream_min_split;
+  }
+  return kNeverSplit;
 }
 
 inline const char* storage_name(Storage storage) {
