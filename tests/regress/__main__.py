@@ -793,6 +793,9 @@ def ops_summary(results: list[dict[str, Any]]) -> tuple[int, list[str], list[str
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    run = RunState()
+    if not args.worker:  # a group's process is stopped by its parent, with SIGKILL
+        run.stop.install()
     raw_argv = list(sys.argv[1:] if argv is None else argv)
     device = resolve_device(args.device, "regress")
     reason = unavailable_reason(device)
@@ -838,8 +841,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     payloads: dict[str, dict[str, Any]] = {}
     groups: dict[str, dict[str, Any]] = {}
-    run = RunState()
-    run.stop.install()
     for name in GROUPS:
         if run.stop.signum is not None:
             groups[name] = {"status": "skipped", "detail": f"not run: the run was interrupted ({run.stop.name})"}
