@@ -387,7 +387,7 @@ class StopRequest:
     def name(self) -> str:
         if self.signum is None:
             return ""
-        return "SIGINT, Ctrl-C" if self.signum == signal.SIGINT else signal.Signals(self.signum).name
+        return signal.Signals(self.signum).name
 
 
 @dataclass
@@ -604,7 +604,7 @@ def run_group(
     }
     how = ""
     if att.stopped == "interrupt":
-        how = f"interrupted ({run.stop.name or 'SIGINT, Ctrl-C'})"
+        how = f"interrupted ({run.stop.name or 'SIGINT'})"
         record["status"] = "interrupted"
     elif att.stopped == "startup":
         how = (f"start-up (importing, loading, the first device contact) did not end within "
