@@ -16,7 +16,7 @@ SOURCE  ?=
 SHA256  ?=
 # Non-empty: build torch alone, without the line's torchvision companion.
 TORCH_ONLY ?=
-# OpenMP to build with and bundle (--libomp) instead of the pinned llvm-openmp the build fetches.
+# OpenMP to build with and bundle (--libomp) instead of the pinned llvm-openmp (LLVM libomp, cmeel-libomp wheel) the build fetches.
 LIBOMP  ?=
 BUILD_ARGS ?=
 
@@ -40,8 +40,9 @@ DEVICE ?=
 REPORTS ?= reports
 SRC ?=
 TAG ?=
+EVENT ?=
 
-.PHONY: help build test test-torch upstream-material regress bench check-upstream ci-plan lint clean
+.PHONY: help build test test-torch upstream-material rehearse regress bench check-upstream ci-plan ci-simulate lint clean
 
 help:
 	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
@@ -49,10 +50,13 @@ help:
 	@echo "make test                    run the project's tests"
 	@echo "make -s test-torch           the pip arguments of the torch make test installs here"
 	@echo "make upstream-material       fetch the real upstream files the skipped tests need"
+	@echo "make rehearse [VERSION=...]  repair, verify, index and install on each line's official wheels"
 	@echo "make regress DEVICE=mps      GPU regression suite (reports in $(REPORTS)/)"
 	@echo "make bench DEVICE=mps        CPU-vs-GPU benchmark (reports in $(REPORTS)/)"
 	@echo "make check-upstream SRC=...  apply the series to a real upstream tree or unpacked wheel"
-	@echo "make ci-plan [TAG=v2.15.0-1] the release workflow's job graph and commands"
+	@echo "make ci-plan [TAG=v2.15.0-1] [EVENT=schedule|workflow_dispatch|push]"
+	@echo "                             the release workflow's job graph and commands"
+	@echo "make ci-simulate             the release workflow through the ways a release fails"
 
 # setuptools' artefacts of the editable install (the egg-info it writes beside pyproject.toml)
 # go to .cache/setuptools, which .gitignore ignores and make clean removes, so that the
@@ -123,16 +127,28 @@ bench: $(TORCH_STAMP)
 
 # The real upstream material some tests check the series against (without it they skip and
 # say so): each line's official wheel, the 2.6.0 source tree and its torchvision archive, in
-# ~/.cache/pytorch-upstream. Needs the network (the package index and GitHub) and over 2 GB.
+# ~/.cache/pytorch-upstream; and the official wheels the rehearsal's test runs on. Needs the network (the package index and GitHub) and over 2 GB.
 upstream-material: $(VENV)/.stamp
 	$(PY) -m intelmac_torch_builder.maint.upstream_material
+	$(PY) -m intelmac_torch_builder rehearse --fetch-only
+
+# The dress rehearsal: every stage after the compile (repair, verify, index, pip resolving the
+# install command) on each line's official upstream wheels, shaped as our build leaves them
+# (docs/building.md says what it proves). Fetches them once into ~/.cache/pytorch-upstream.
+rehearse: $(VENV)/.stamp
+	$(PY) -m intelmac_torch_builder rehearse $(if $(VERSION),--torch $(VERSION))
 
 check-upstream: $(VENV)/.stamp
 	@test -n "$(SRC)" || { echo "usage: make check-upstream SRC=<source tree or unpacked wheel> [VERSION=x.y.z]"; exit 2; }
 	$(PY) -m intelmac_torch_builder check-upstream $(SRC) $(if $(VERSION),--torch $(VERSION))
 
 ci-plan: $(VENV)/.stamp
-	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG))
+	$(PY) -m intelmac_torch_builder ci-plan $(if $(TAG),--tag $(TAG)) $(if $(EVENT),--event $(EVENT))
+
+# The release workflow's job graph (as ci-plan derives it) through the ways a release fails,
+# with GitHub's documented semantics; each scenario must end as docs/releasing.md says.
+ci-simulate: $(VENV)/.stamp
+	$(PY) -m intelmac_torch_builder.ci.simulate
 
 clean:
 	rm -rf $(VENV) build .cache $(REPORTS) .pytest_cache .mypy_cache .ruff_cache

@@ -25,6 +25,7 @@ MODULE_PROG = "python -m intelmac_torch_builder"
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "intelmac_torch_builder.pipeline",
     "intelmac_torch_builder.maint.check_upstream",
+    "intelmac_torch_builder.maint.rehearse",
     "intelmac_torch_builder.ci.cli",
     "intelmac_torch_builder.core.native_deps",
 )

@@ -7,6 +7,7 @@ same parser the subcommand uses, so a workflow step the CLI would reject fails t
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from . import matrix as matrix_module
 
@@ -35,6 +36,9 @@ def add_matrix_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=(*matrix_module.KINDS, "all"), default="build",
                         help="which job's matrix (default: build); 'all' prints every kind")
     parser.add_argument("--compact", action="store_true", help="print the JSON on one line")
+    parser.add_argument("--draft", metavar="PATH", type=Path, default=None,
+                        help="what the tag's draft release holds (ci.draft assets); only the "
+                        "(line, Python) pairs it lacks are built. No such file: no draft")
     parser.add_argument("--github-output", action="store_true",
                         help="also write each kind as a job output to $GITHUB_OUTPUT")
 

@@ -223,6 +223,15 @@ def bulk_compile_minutes(line: ReleaseLine) -> float:
     return figure("peer_one_python") * scale * figure("peer_overrun")
 
 
+def objcxx_minutes(line: ReleaseLine) -> float:
+    """A wheel job's Objective-C++ compiles if every one missed the cache: the line's MPS
+    ``.mm`` count (``failfast_count``: the real 2.6.0 tree, estimated from each other line's
+    official binary) at ``mps_unit`` each, on all the runner's vCPUs. release.yml sets
+    CMAKE_OBJCXX_COMPILER_LAUNCHER, so they go through ccache; counted as misses,
+    pessimistically, as where another Python's include paths change the command line."""
+    return failfast_count(line.version).mps_sources * figure("mps_unit") / figure("runner_vcpus")
+
+
 def python_compile_minutes() -> float:
     """What one more Python compiles (libtorch_python, _C), scaled from upstream's figure."""
     return figure("upstream_extra_python") * figure("arm_to_intel_cores") * figure("peer_overrun")
@@ -263,23 +272,12 @@ def warmup_plan(line: ReleaseLine, timeout_minutes: float = 360) -> WarmupPlan:
     return WarmupPlan(math.ceil(need / box), box * WARMUP_JOBS, need)
 
 
-def companion_per_python(line: ReleaseLine) -> bool:
-    """Whether the line's torchvision wheel is per Python (cpXY) rather than py3-none.
-
-    From 0.29 torchvision builds its extension against torch's stable ABI and tags its
-    wheels py3-none (the official 0.29.x wheels; the catalog's pair_evidence says so).
-    """
-    companion = line.companion
-    if companion is None:
-        return False
-    major, minor = (int(part) for part in companion.version.split(".")[:2])
-    return (major, minor) < (0, 29)
-
-
-def job_minutes(kind: str, line: ReleaseLine | None = None, *, vision: bool = False,
+def job_minutes(kind: str, line: ReleaseLine | None = None, *,
                 timeout_minutes: float = 360) -> float:
     """The modelled minutes of one job of ``kind`` (the release.yml job ids)."""
     if kind == "warmup":
+        # The warm-up's Objective-C++ goes through ccache (CMAKE_OBJCXX_COMPILER_LAUNCHER);
+        # its Metal shaders do not, and the bulk compile's figure covers them.
         return _warmup_overhead(compile_minutes(timeout_minutes) * (WARMUP_JOBS - 1)) + (
             compile_minutes(timeout_minutes))
     if kind == "wheel":
@@ -289,10 +287,11 @@ def job_minutes(kind: str, line: ReleaseLine | None = None, *, vision: bool = Fa
                    + figure("configure") + figure("reconfigure") + failfast_extra_minutes()
                    + bulk_compile_minutes(line) * figure("replay_preprocessed")
                    + python_compile_minutes() + figure("link") + figure("repair")
-                   + figure("verify"))
-        if vision:
-            minutes += figure("torchvision") + figure("repair") + figure("verify")
+                   + figure("verify") + objcxx_minutes(line))
         return minutes
+    if kind == "vision":
+        return (figure("setup") + figure("cleanup") + figure("torchvision") + figure("repair")
+                + figure("verify"))
     if kind in ("test-wheel", "regress-gpu"):
         return figure("test_wheel")
     if kind in ("release", "pages", "attest"):

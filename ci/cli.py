@@ -25,7 +25,8 @@ def run_matrix(args: argparse.Namespace) -> int:
     lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines,
                                        pythons=args.pythons, refresh=args.event == "schedule")
     if args.kind == "all":
-        document: dict[str, Any] = matrix_module.all_matrices(catalog, lines)
+        document: dict[str, Any] = matrix_module.all_matrices(
+            catalog, lines, args.tag or None, matrix_module.read_draft(args.draft))
     else:
         document = matrix_module.matrix(catalog, args.kind, lines)
     if args.github_output:
@@ -59,7 +60,7 @@ def run_plan(args: argparse.Namespace) -> int:
         variables[name] = value
     plan = plan_module.make_plan(workflow, catalog, tag=args.tag or None, lines=args.lines,
                                  pythons=args.pythons, repository=args.repo,
-                                 variables=variables)
+                                 variables=variables, event=args.event or None)
     text = plan_module.render(plan)
     sys.stdout.write(text)
     return 0

@@ -35,6 +35,9 @@ class Unknown:
         return f"<{self.text}>"
 
 
+#: The context key under which a caller that knows the run's real state (ci/simulate.py)
+#: passes the job-status functions' values; the plan assumes every earlier job succeeded.
+STATUS_KEY = "__status__"
 #: Job-status functions as the plan assumes them: every earlier job succeeded.
 STATUS_FUNCTIONS: dict[str, bool] = {
     "success": True,
@@ -104,11 +107,13 @@ def _equal(left: Any, right: Any) -> bool | Unknown:
 
 
 class _Parser:
-    def __init__(self, text: str, lookup: Callable[[str], Any]) -> None:
+    def __init__(self, text: str, lookup: Callable[[str], Any],
+                 status: Mapping[str, bool] = STATUS_FUNCTIONS) -> None:
         self.text = text
         self.tokens = _tokens(text)
         self.position = 0
         self.lookup = lookup
+        self.status = status
 
     def parse(self) -> Any:
         value = self._or()
@@ -200,13 +205,14 @@ class _Parser:
             if self._peek() == ",":
                 self._take()
         self._take(")")
-        return call(name, arguments)
+        return call(name, arguments, self.status)
 
 
-def call(name: str, arguments: list[Any]) -> Any:
+def call(name: str, arguments: list[Any],
+         status: Mapping[str, bool] = STATUS_FUNCTIONS) -> Any:
     lowered = name.lower()
-    if lowered in STATUS_FUNCTIONS and not arguments:
-        return STATUS_FUNCTIONS[lowered]
+    if lowered in status and not arguments:
+        return status[lowered]
     if any(isinstance(argument, Unknown) for argument in arguments):
         return Unknown(f"{name}({', '.join(map(str, arguments))})")
     if lowered == "fromjson":
@@ -222,6 +228,9 @@ def call(name: str, arguments: list[Any]) -> Any:
         if isinstance(haystack, list):
             return any(_equal(item, needle) is True for item in haystack)
         return to_string(needle).casefold() in to_string(haystack).casefold()
+    if lowered == "format":
+        return re.sub(r"\{(\d+)\}", lambda m: to_string(arguments[1 + int(m.group(1))]),
+                      to_string(arguments[0]))
     if lowered == "join":
         items, separator = arguments[0], arguments[1] if len(arguments) > 1 else ","
         return to_string(separator).join(map(to_string, items if isinstance(items, list) else [items]))
@@ -246,7 +255,8 @@ def resolve(contexts: Mapping[str, Any], path: str) -> Any:
 
 def evaluate(expression: str, contexts: Mapping[str, Any]) -> Any:
     """The value of one expression (without the ``${{ }}``)."""
-    return _Parser(expression, lambda path: resolve(contexts, path)).parse()
+    status = contexts.get(STATUS_KEY, STATUS_FUNCTIONS)
+    return _Parser(expression, lambda path: resolve(contexts, path), status).parse()
 
 
 def interpolate(value: Any, contexts: Mapping[str, Any]) -> Any:

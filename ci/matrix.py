@@ -10,20 +10,27 @@ Kinds (one per consumer in the workflows):
   Python-independent bulk once, into a compiler cache, in as many time-boxed jobs as it
   takes (``budget.WARMUP_JOBS`` at most).
 * ``wheel``  - one entry per (line, Python) pair: build, repair and verify that Python's
-  wheel from the warm cache; torchvision too where its wheel is per Python, else in the
-  line's newest Python only (its wheel is py3-none, one for every Python).
+  torch wheel from the warm cache.
+* ``vision`` - the line's torchvision, in a job of its own after torch: one entry per
+  (line, Python) where the official wheels are per Python, else one per line built against
+  whichever Python's torch wheel finished (the catalog's ``wheel_tags`` say which).
 * ``test``   - one entry per (line, Python) pair: install the wheel, and the companion's
   wheel beside it, into a fresh venv.
 * ``verify`` - one entry per line: fetch the catalogued tarball and apply its series.
 * ``regress`` - one entry per line, on the self-hosted Intel Mac, newest Python of the line.
+
+On a tag, ``--draft`` narrows them to the (line, Python) pairs the tag's draft release
+lacks (ci/draft.py), so that a later run adds only those; ``pending`` says whether any is left.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..core import features
@@ -41,7 +48,7 @@ XCODE_VERSION = "16.4"
 #: Linux runner for the jobs that need no Mac (patch verification, lint, tests).
 LINUX_RUNNER = "ubuntu-24.04"
 
-KINDS: tuple[str, ...] = ("build", "wheel", "test", "verify", "regress")
+KINDS: tuple[str, ...] = ("build", "wheel", "vision", "test", "verify", "regress")
 
 #: ``v<torch line>-<build number>``: release one line, e.g. v2.15.0-1.
 LINE_TAG = re.compile(r"^v(?P<version>\d+\.\d+\.\d+)-(?P<build>[1-9]\d*)$")
@@ -217,36 +224,45 @@ def build_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
     }
 
 
-def _vision_here(line: ReleaseLine, python: str) -> bool:
-    """Whether the wheel job of ``python`` builds the line's torchvision too."""
-    if line.companion is None:
-        return False
-    return budget.companion_per_python(line) or python == line.python[-1]
-
-
 def wheel_entries(catalog: Catalog, line: ReleaseLine) -> list[dict[str, Any]]:
-    """One job per Python: that wheel from the warm cache, repaired and verified."""
-    entries = []
-    for python in line.python:
-        vision = _vision_here(line, python)
-        entries.append({
-            **_line_fields(catalog, line),
-            **_fetch_fields(line),
-            "python": python,
-            "vision": vision,
-            "torch_only_args": "" if vision or line.companion is None else "--torch-only",
-            "artifact": f"wheels-{line.version}-{python}",
-            "logs_artifact": f"logs-{line.version}-{python}",
-        })
-    return entries
+    """One job per Python: that torch wheel from the warm cache, repaired and verified."""
+    return [{**_line_fields(catalog, line), **_fetch_fields(line), "python": python,
+             "artifact": f"wheels-{line.version}-{python}",
+             # The verify stage's record and wheel, which the torchvision job builds against.
+             "record_artifact": f"torch-build-{line.version}-{python}",
+             "logs_artifact": f"logs-{line.version}-{python}"}
+            for python in line.python]
+
+
+def _vision_artifact(line: ReleaseLine, python: str) -> str:
+    if line.companion is None:
+        return ""
+    return f"vision-{line.version}-{python}" if line.companion.per_python else f"vision-{line.version}"
+
+
+def vision_entries(catalog: Catalog, line: ReleaseLine) -> list[dict[str, Any]]:
+    """The line's torchvision, after torch: per Python, or once against any finished torch."""
+    companion = line.companion
+    if companion is None:
+        return []
+    groups = [(python,) for python in line.python] if companion.per_python else [line.python]
+    return [{**_line_fields(catalog, line), **_fetch_fields(line),
+             "label": f"Python {pythons[0]}" if len(pythons) == 1 else "py3-none",
+             "candidates": " ".join(pythons),
+             "python_versions": "\n".join(pythons),
+             "torch_pattern": (f"wheels-{line.version}-{pythons[0]}" if len(pythons) == 1
+                               else f"wheels-{line.version}-*"),
+             "record_pattern": (f"torch-build-{line.version}-{pythons[0]}" if len(pythons) == 1
+                                else f"torch-build-{line.version}-*"),
+             "artifact": _vision_artifact(line, pythons[0]),
+             "logs_artifact": f"logs-vision-{line.version}-{pythons[0] if len(pythons) == 1 else 'all'}"}
+            for pythons in groups]
 
 
 def test_entries(catalog: Catalog, line: ReleaseLine) -> list[dict[str, Any]]:
-    vision_from = line.python[-1] if line.companion and not budget.companion_per_python(line) else ""
     return [{**_line_fields(catalog, line), "python": python,
              "artifact": f"wheels-{line.version}-{python}",
-             # A py3-none torchvision is built once, in the newest Python's job.
-             "vision_artifact": f"wheels-{line.version}-{vision_from or python}",
+             "vision_artifact": _vision_artifact(line, python),
              "tested_artifact": f"tested-{line.version}-{python}"}
             for python in line.python]
 
@@ -269,6 +285,7 @@ def regress_entry(catalog: Catalog, line: ReleaseLine) -> dict[str, Any]:
         **_line_fields(catalog, line),
         "python": line.python[-1],
         "artifact": f"wheels-{line.version}-{line.python[-1]}",
+        "vision_artifact": _vision_artifact(line, line.python[-1]),
         "runs_on": list(GPU_RUNNER_LABELS),
     }
 
@@ -281,6 +298,8 @@ def matrix(catalog: Catalog, kind: str, lines: Iterable[ReleaseLine]) -> dict[st
             include.append(build_entry(catalog, line))
         elif kind == "wheel":
             include.extend(wheel_entries(catalog, line))
+        elif kind == "vision":
+            include.extend(vision_entries(catalog, line))
         elif kind == "test":
             include.extend(test_entries(catalog, line))
         elif kind == "verify":
@@ -289,14 +308,44 @@ def matrix(catalog: Catalog, kind: str, lines: Iterable[ReleaseLine]) -> dict[st
             include.append(regress_entry(catalog, line))
         else:
             raise BuildError(f"Unknown matrix kind '{kind}'; use one of {', '.join(KINDS)}.")
-    if not include:
+    if not include and kind != "vision":
         # GitHub rejects an empty matrix with an unhelpful message; say it here instead.
         raise BuildError("The selection matches no release line; nothing to build.")
     return {"include": include}
 
 
-def all_matrices(catalog: Catalog, lines: Sequence[ReleaseLine]) -> dict[str, Any]:
-    """Every kind at once, plus the selected versions, for one job output per kind."""
-    result: dict[str, Any] = {kind: matrix(catalog, kind, lines) for kind in KINDS}
+def read_draft(path: Path | None) -> list[str]:
+    """The asset names ``ci.draft assets`` wrote (no file: no draft, as off a tag)."""
+    if path is None or not path.is_file():
+        return []
+    try:
+        return list(json.loads(path.read_text())["assets"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise BuildError(f"{path} is not what ci.draft assets writes ({exc}).") from None
+
+
+def pending_lines(catalog: Catalog, lines: Sequence[ReleaseLine], tag: str,
+                  assets: Sequence[str]) -> tuple[ReleaseLine, ...]:
+    """The lines narrowed to the Pythons whose wheels the tag's draft lacks (lines with none
+    dropped)."""
+    from . import draft
+
+    left = draft.pending_pairs(catalog, tag, assets)
+    narrowed = []
+    for line in lines:
+        pythons = tuple(python for python in line.python if (line.version, python) in left)
+        if pythons:
+            narrowed.append(dataclasses.replace(line, python=pythons))
+    return tuple(narrowed)
+
+
+def all_matrices(catalog: Catalog, lines: Sequence[ReleaseLine], tag: str | None = None,
+                 assets: Sequence[str] = ()) -> dict[str, Any]:
+    """Every kind at once, plus the selected versions, for one job output per kind; with the
+    tag's draft's ``assets``, only the pairs it lacks, and ``pending`` false when it lacks none."""
+    left = pending_lines(catalog, lines, tag, assets) if tag and assets else tuple(lines)
+    result: dict[str, Any] = ({kind: matrix(catalog, kind, left) for kind in KINDS} if left
+                              else {kind: {"include": []} for kind in KINDS})
     result["versions"] = [line.version for line in lines]
+    result["pending"] = bool(left)
     return result

@@ -81,7 +81,7 @@ class Plan:
     failfast_minutes: dict[str, float] = field(default_factory=dict)
 
 
-def _load_workflow(path: Path) -> dict[str, Any]:
+def load_workflow(path: Path) -> dict[str, Any]:
     try:
         document = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -97,13 +97,13 @@ def _load_workflow(path: Path) -> dict[str, Any]:
     return document
 
 
-def _ordered(jobs: Mapping[str, Any]) -> list[str]:
+def ordered(jobs: Mapping[str, Any]) -> list[str]:
     """Job ids in dependency order, keeping the file's order where it is free."""
     done: list[str] = []
     pending = list(jobs)
     while pending:
         for job_id in pending:
-            needs = _needs(jobs[job_id])
+            needs = needs_of(jobs[job_id])
             missing = [need for need in needs if need not in jobs]
             if missing:
                 raise BuildError(f"job '{job_id}' needs unknown job(s): {', '.join(missing)}")
@@ -116,50 +116,87 @@ def _ordered(jobs: Mapping[str, Any]) -> list[str]:
     return done
 
 
-def _needs(job: Mapping[str, Any]) -> tuple[str, ...]:
+def needs_of(job: Mapping[str, Any]) -> tuple[str, ...]:
     needs = job.get("needs", ())
     return (needs,) if isinstance(needs, str) else tuple(needs)
 
 
-def _event_contexts(workflow: Mapping[str, Any], catalog: Catalog, tag: str | None,
-                    lines: str | None, pythons: str | None, repository: str,
-                    variables: Mapping[str, str]) -> tuple[str, str, dict[str, Any]]:
+#: The default branch the plan assumes (a repository setting; only payloads that carry a
+#: repository object name it).
+DEFAULT_BRANCH = "main"
+EVENTS: tuple[str, ...] = ("push", "workflow_dispatch", "schedule")
+
+
+def _repository_payload(repository: str) -> dict[str, Any]:
+    return {"full_name": repository, "default_branch": DEFAULT_BRANCH}
+
+
+def event_contexts(workflow: Mapping[str, Any], catalog: Catalog, *, event: str | None,
+                   tag: str | None, lines: str | None, pythons: str | None,
+                   repository: str, variables: Mapping[str, str],
+                   inputs: Mapping[str, str] | None = None,
+                   run_attempt: Any = None) -> tuple[str, str, dict[str, Any]]:
+    """The contexts GitHub gives a run of ``event`` (GitHub docs, 'Events that trigger
+    workflows' and 'Contexts'):
+
+    * ``push`` of a tag: ``github.ref`` is the tag; the payload carries the repository;
+    * ``workflow_dispatch``: on the default branch, or on ``tag`` (Use workflow from → Tags);
+      the payload carries the inputs and the repository;
+    * ``schedule``: always the default branch's latest commit; the payload carries only the
+      cron line, no repository (so no ``github.event.repository.default_branch``).
+    """
     triggers = workflow["on"]
+    event = event or ("push" if tag else "workflow_dispatch")
+    if event not in EVENTS:
+        raise BuildError(f"ci-plan knows the events {', '.join(EVENTS)}, not '{event}'.")
+    if event not in triggers:
+        raise BuildError(f"This workflow has no {event} trigger (see its on:).")
     github: dict[str, Any] = {
         "repository": repository,
-        "event": {"repository": {"default_branch": "main"}},
+        "event_name": event,
         "repository_owner": repository.split("/")[0],
         "server_url": "https://github.com",
         "run_id": Unknown("github.run_id"),
-        "run_attempt": Unknown("github.run_attempt"),
+        "run_attempt": run_attempt if run_attempt is not None else Unknown("github.run_attempt"),
         "token": Unknown("github.token"),
         "sha": Unknown("github.sha"),
         "workspace": Unknown("github.workspace"),
     }
-    inputs: dict[str, Any] = {}
     if tag:
-        if "push" not in triggers or not _tag_triggers(workflow, tag):
-            raise BuildError(f"{tag} does not trigger this workflow (see its on.push.tags).")
+        if event == "schedule":
+            raise BuildError("A scheduled run has no tag: it runs on the default branch.")
         matrix_module.versions_for_tag(catalog, tag)  # an invalid tag fails like in CI
-        github.update(event_name="push", ref=f"refs/tags/{tag}", ref_name=tag, ref_type="tag")
-        event, description = "push", f"push of tag {tag}"
+        if event == "push" and not _tag_triggers(workflow, tag):
+            raise BuildError(f"{tag} does not trigger this workflow (see its on.push.tags).")
+        github.update(ref=f"refs/tags/{tag}", ref_name=tag, ref_type="tag")
+    elif event == "push":
+        raise BuildError("A push runs this workflow only for a tag; give --tag.")
     else:
-        if "workflow_dispatch" not in triggers:
-            raise BuildError("This workflow has no workflow_dispatch trigger; give --tag.")
-        declared = (triggers["workflow_dispatch"] or {}).get("inputs", {}) or {}
-        inputs = {name: spec.get("default", "") for name, spec in declared.items()}
-        if lines is not None:
-            inputs["lines"] = lines
-        if pythons is not None:
-            inputs["pythons"] = pythons
-        github.update(event_name="workflow_dispatch", ref="refs/heads/main", ref_name="main",
+        github.update(ref=f"refs/heads/{DEFAULT_BRANCH}", ref_name=DEFAULT_BRANCH,
                       ref_type="branch")
-        event = "workflow_dispatch"
-        description = "workflow_dispatch on main with " + ", ".join(
-            f"{name}={value!r}" for name, value in inputs.items())
+    given: dict[str, Any] = {}
+    if event == "workflow_dispatch":
+        declared = (triggers["workflow_dispatch"] or {}).get("inputs", {}) or {}
+        given = {name: spec.get("default", "") for name, spec in declared.items()}
+        given.update(inputs or {})
+        if lines is not None:
+            given["lines"] = lines
+        if pythons is not None:
+            given["pythons"] = pythons
+        github["event"] = {"inputs": given, "ref": github["ref"],
+                           "repository": _repository_payload(repository)}
+        description = (f"workflow_dispatch on {github['ref_name']} with "
+                       + ", ".join(f"{name}={value!r}" for name, value in given.items()))
+    elif event == "schedule":
+        crons = [entry.get("cron") for entry in triggers["schedule"] or []]
+        github["event"] = {"schedule": crons[0] if crons else ""}
+        description = f"schedule ({', '.join(map(str, crons))}) on {DEFAULT_BRANCH}"
+    else:
+        github["event"] = {"ref": github["ref"], "repository": _repository_payload(repository)}
+        description = f"push of tag {tag}"
     contexts = {
         "github": github,
-        "inputs": inputs,
+        "inputs": given,
         "vars": dict(variables),
         "secrets": Unknown("secrets"),
         "runner": {"temp": Unknown("runner.temp"), "os": "", "arch": ""},
@@ -223,8 +260,12 @@ def _strings(mapping: Mapping[str, Any] | None, contexts: Mapping[str, Any]) -> 
             for key, value in (mapping or {}).items()}
 
 
-def _run_matrix_step(command: str, catalog: Catalog) -> dict[str, str] | None:
-    """Outputs of a `python -m intelmac_torch_builder matrix ... --github-output` step, computed."""
+def run_matrix_step(command: str, catalog: Catalog,
+                    draft_assets: Sequence[str] = ()) -> dict[str, str] | None:
+    """Outputs of a `python -m intelmac_torch_builder matrix ... --github-output` step, computed.
+
+    ``draft_assets`` stands in for the file its ``--draft`` names (what the tag's draft
+    release holds; none in a plan)."""
     if "intelmac_torch_builder matrix" not in command or "--github-output" not in command:
         return None
     words = shlex.split(command)
@@ -237,14 +278,15 @@ def _run_matrix_step(command: str, catalog: Catalog) -> dict[str, str] | None:
     lines = matrix_module.select_lines(catalog, tag=args.tag or None, lines=args.lines,
                                        pythons=args.pythons or None, refresh=args.event == "schedule")
     if args.kind == "all":
-        document = matrix_module.all_matrices(catalog, lines)
+        document = matrix_module.all_matrices(catalog, lines, args.tag or None,
+                                              draft_assets if args.draft else ())
     else:
         document = {args.kind: matrix_module.matrix(catalog, args.kind, lines)}
     return {name: json.dumps(value, separators=(",", ":"), sort_keys=True)
             for name, value in document.items()}
 
 
-def _expand_matrix(job_id: str, job: Mapping[str, Any],
+def expand_matrix(job_id: str, job: Mapping[str, Any],
                    contexts: Mapping[str, Any]) -> list[dict[str, Any]]:
     strategy = job.get("strategy") or {}
     if "matrix" not in strategy:
@@ -264,7 +306,7 @@ def _job_runs(job: Mapping[str, Any], job_id: str, contexts: dict[str, Any],
               catalog: Catalog) -> tuple[list[JobRun], dict[str, Any]]:
     runs: list[JobRun] = []
     outputs: dict[str, Any] = {}
-    for entry in _expand_matrix(job_id, job, contexts):
+    for entry in expand_matrix(job_id, job, contexts):
         # Step outputs exist only at run time, except the matrix step's, computed below.
         step_ids = {raw["id"]: Unknown(f"steps.{raw['id']}")
                     for raw in job.get("steps", []) if "id" in raw}
@@ -299,7 +341,7 @@ def _job_runs(job: Mapping[str, Any], job_id: str, contexts: dict[str, Any],
                 script = expressions.to_string(expressions.interpolate(raw["run"], step_contexts))
                 step.run = _substitute_env(script, step_env)
                 # The plan's catalog stands in for the repository's (ci-plan --catalog).
-                produced = _run_matrix_step(step.run, catalog)
+                produced = run_matrix_step(step.run, catalog)
                 if produced is not None and "id" in raw:
                     local["steps"][raw["id"]] = {"outputs": produced, "outcome": "success"}
             if "working-directory" in raw:
@@ -324,8 +366,7 @@ def _modelled(job_id: str, job: Mapping[str, Any], entry: Mapping[str, Any],
               catalog: Catalog) -> float:
     version = entry.get("version")
     line = catalog.line(version) if isinstance(version, str) else None
-    return budget.job_minutes(_model_kind(job_id), line, vision=bool(entry.get("vision")),
-                              timeout_minutes=_timeout(job))
+    return budget.job_minutes(_model_kind(job_id), line, timeout_minutes=_timeout(job))
 
 
 def _timeout(job: Mapping[str, Any]) -> float:
@@ -335,18 +376,19 @@ def _timeout(job: Mapping[str, Any]) -> float:
 def make_plan(workflow_path: Path, catalog: Catalog, *, tag: str | None = None,
               lines: str | None = None, pythons: str | None = None,
               repository: str = DEFAULT_REPOSITORY,
-              variables: Mapping[str, str] | None = None) -> Plan:
-    workflow = _load_workflow(workflow_path)
-    event, description, contexts = _event_contexts(
-        workflow, catalog, tag, lines, pythons, repository, variables or {})
+              variables: Mapping[str, str] | None = None, event: str | None = None) -> Plan:
+    workflow = load_workflow(workflow_path)
+    event, description, contexts = event_contexts(
+        workflow, catalog, event=event, tag=tag, lines=lines, pythons=pythons,
+        repository=repository, variables=variables or {})
     workflow_env = _strings(workflow.get("env"), contexts)
     jobs_yaml: Mapping[str, Any] = workflow["jobs"]
     jobs: list[Job] = []
     status_of: dict[str, str] = {}
     outputs_of: dict[str, dict[str, Any]] = {}
-    for job_id in _ordered(jobs_yaml):
+    for job_id in ordered(jobs_yaml):
         job = jobs_yaml[job_id]
-        needs = _needs(job)
+        needs = needs_of(job)
         skipped_needs = [need for need in needs if status_of[need].startswith("skipped")]
         contexts["needs"] = {
             need: {"outputs": outputs_of[need],

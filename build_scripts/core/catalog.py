@@ -115,6 +115,14 @@ class ReleaseLine:
     companion: ReleaseLine | None = None
     pairs_with: str | None = None
     pair_evidence: str = ""
+    #: A companion: the Python-ABI tags of its official macOS wheels (the catalog's
+    #: wheel_tags, checked against the registry by tests/ci/test_ci_companion_tags.py).
+    wheel_tags: tuple[str, ...] = ()
+
+    @property
+    def per_python(self) -> bool:
+        """Whether this companion's wheel is built per Python (cpXY), not one py3-none wheel."""
+        return any(tag != "py3-none" for tag in self.wheel_tags)
 
     @property
     def key(self) -> str:
@@ -281,6 +289,7 @@ def _companion(path: Path, where: str, line: ReleaseLine, raw: dict[str, Any]) -
         name=raw["name"],
         pairs_with=line.version,
         pair_evidence=raw["pair_evidence"],
+        wheel_tags=tuple(raw["wheel_tags"]),
     )
 
 

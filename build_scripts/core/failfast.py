@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import backend as backend_mod
+from . import features
 from ._plan import Step
 from .patching import file_changes
 
@@ -56,8 +57,10 @@ MPS_SOURCE_DIRS: tuple[tuple[str, bool], ...] = (
     ("aten/src/ATen/native/mps", True),
 )
 #: The custom target that compiles the line's shaders and links the Metal library that
-#: torch_cpu embeds (``add_custom_target(metallibs ...)`` in 2.6.0's aten/src/ATen; every
-#: later line's caffe2/CMakeLists.txt still says ``add_dependencies(torch_cpu metallibs)``).
+#: torch_cpu embeds (``add_custom_target(metallibs ...)`` in 2.6.0's aten/src/ATen; a stored,
+#: undated later caffe2/CMakeLists.txt, one library only, still says
+#: ``add_dependencies(torch_cpu metallibs)``; none of 2.14 or 2.15 is stored). A line that
+#: renames it stops fail-fast with a message saying so.
 METAL_TARGET = "metallibs"
 #: ``build <outputs>: <rule> <explicit inputs> [| implicit] [|| order-only]`` in a ninja file.
 _BUILD = re.compile(r"^build (?P<outputs>(?:[^:$]|\$.)+): (?P<rule>\S+)(?P<inputs>.*)$")
@@ -144,19 +147,9 @@ def target_named(build_dir: Path, name: str) -> str | None:
 
 
 def cache_value(build_dir: Path, key: str) -> str | None:
-    """``KEY:TYPE=value`` from CMakeCache.txt (None: not set, or no cache)."""
+    """A CMakeCache.txt entry of ``build_dir`` (None: not set, or no cache)."""
     cache = build_dir / "CMakeCache.txt"
-    if not cache.is_file():
-        return None
-    for line in cache.read_text(encoding="utf-8", errors="replace").splitlines():
-        name, _, rest = line.partition(":")
-        if name == key and "=" in rest:
-            return rest.split("=", 1)[1]
-    return None
-
-
-def _on(value: str | None) -> bool:
-    return (value or "").upper() in ("1", "ON", "YES", "TRUE", "Y")
+    return features.cmake_cache(cache).get(key) if cache.is_file() else None
 
 
 def objects_for(build_dir: Path, sources: Sequence[Path]) -> dict[Path, str]:
@@ -258,14 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for unit in chosen.skipped:
         print(f"not compiled in this configuration: {unit}")
     # A tree without upstream's MPS sources (a test fixture, torchvision) has no shaders either.
-    if chosen.metal is None and mps_units(tree) and _on(cache_value(build_dir, "USE_MPS")):
-        print(f"error: MPS is on but {build_dir} has no {METAL_TARGET} target: CMake's probe "
-              f"found no working Metal compiler (CMakeCache.txt: CAN_COMPILE_METAL="
-              f"{cache_value(build_dir, 'CAN_COMPILE_METAL')}), so the wheel would lack "
-              "upstream's shader library. Select an Xcode the line accepts (the preflight "
-              "names the range) with its Metal toolchain (Xcode 26: xcodebuild "
-              "-downloadComponent MetalToolchain), remove build/ and build again.",
-              file=sys.stderr)
+    if chosen.metal is None and mps_units(tree) and features.cmake_true(cache_value(build_dir, "USE_MPS")):
+        print(f"error: MPS is on but {build_dir} has no {METAL_TARGET} target. "
+              + _no_metal_reason(cache_value(build_dir, "CAN_COMPILE_METAL")), file=sys.stderr)
         return 2
     if not chosen.targets:
         print("the series touches no source this configuration compiles")
@@ -280,6 +268,19 @@ def main(argv: Sequence[str] | None = None) -> int:
               "its Metal shaders: the selected Xcode is not one this line builds with; select "
               "one in the range the preflight names.", file=sys.stderr)
     return code
+
+
+def _no_metal_reason(can_compile: str | None) -> str:
+    """Why the configured graph has no shader library target, and what to do."""
+    if features.cmake_true(can_compile):
+        # The Metal compiler works, so this line's CMake calls the target something else.
+        return (f"CMake found a working Metal compiler (CAN_COMPILE_METAL={can_compile}), so "
+                "this line's CMake names its shader library target otherwise: find the target "
+                "torch_cpu depends on in caffe2/CMakeLists.txt and set failfast.METAL_TARGET.")
+    return (f"CMake's probe found no working Metal compiler (CMakeCache.txt: CAN_COMPILE_METAL="
+            f"{can_compile}), so the wheel would lack upstream's shader library. Select an Xcode "
+            "the line accepts (the preflight names the range) with its Metal toolchain (Xcode 26: "
+            "xcodebuild -downloadComponent MetalToolchain), remove build/ and build again.")
 
 
 def _owners(patches: Sequence[Path], sources: Sequence[Path]) -> str:

@@ -124,6 +124,11 @@ def cmake_cache(path: Path) -> dict[str, str]:
     return entries
 
 
+def cmake_true(value: str | None) -> bool:
+    """Whether CMake's ``if()`` takes a cache value as true (None: not in the cache)."""
+    return value is not None and not _CMAKE_FALSE.match(value)
+
+
 def cache_problems(tree: Path, wanted: Features) -> list[str]:
     """How the choices CMake cached in ``tree`` differ from the catalog's, right after configure.
 

@@ -8,7 +8,9 @@ tests read, ``$XDG_CACHE_HOME/pytorch-upstream`` (default ``~/.cache/pytorch-ups
   binaries of the line), through ``pip download`` from pip's configured index;
 - ``pytorch-v2.6.0/``: the real 2.6.0 source tree, through this tool's own fetch stage
   (the catalog's release tarball, checked against its sha256 pin);
-- ``torchvision-v0.21.0.tar.gz``: 2.6.0's torchvision release archive, the same way.
+- ``torchvision-v0.21.0.tar.gz``: 2.6.0's torchvision release archive, the same way;
+- ``simple-json/torchvision.json``: the package index's file list of torchvision, whose
+  official wheels' tags the catalog's ``wheel_tags`` must match (ci/companion_tags.py).
 
 Each item is skipped when already there. Needs the network (the package index and GitHub) and
 over 2 GB of disk (the four unpacked wheels alone are 1.8 GB).
@@ -17,6 +19,7 @@ over 2 GB of disk (the four unpacked wheels alone are 1.8 GB).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import shutil
 import subprocess
@@ -26,6 +29,7 @@ import zipfile
 from pathlib import Path
 
 from ..core import catalog as catalog_mod
+from ..core.errors import BuildError
 
 #: The line whose real source tree and torchvision archive the tests use.
 SOURCE_LINE = "2.6.0"
@@ -117,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         print(fetch_wheel(version, args.cache))
     print(fetch_source(args.source_line, args.cache, catalog))
     print(fetch_companion_archive(args.source_line, args.cache, catalog))
+    # ci/ is the package's release-CI part, beside build_scripts/ in a checkout.
+    companion_tags = importlib.import_module("..ci.companion_tags", __package__)
+    for name in sorted({c.name for c in catalog_mod.load(args.catalog).companions()}):
+        try:
+            print(companion_tags.fetch(name, args.cache / "simple-json"))
+        except BuildError as exc:
+            print(f"note: {name}'s file list not fetched: {exc}", file=sys.stderr)
     return 0
 
 

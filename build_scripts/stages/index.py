@@ -1,6 +1,9 @@
 """Stage 5, index: verified wheels into ``wheels/`` and a PEP 503 simple index over them.
 
 Only a wheel with a ``verified.json`` whose sha256 still matches the file is copied in.
+Last, pip must resolve the install command the stage prints from this index alone, to the
+versions just built (a companion's torch requirement accepting the torch beside it).
+
 Each wheel in ``wheels/`` has ``<wheel>.build.json`` beside it (its build information plus
 its own sha256); the index lists exactly the wheels that have one. Every file is written
 beside its destination and moved into place with os.replace, so pip never reads a half
@@ -15,11 +18,18 @@ build's dist folder.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from ..core import _fsutil, _stage
 from ..core._locks import held
@@ -115,6 +125,8 @@ def index(options: Options, log: Log) -> list[Path]:
             added.append(destination)
             log.info(f"added {destination.name}")
         projects = write_index(wheels_dir)
+        for python, _ in records:
+            check_resolution(options, python, log)
     total = sum(len(files) for files in projects.values())
     log.info(f"{wheels_dir / 'simple'}: {total} wheels in {len(projects)} project(s)")
     log.info(
@@ -122,6 +134,74 @@ def index(options: Options, log: Log) -> list[Path]:
         f"{(wheels_dir / 'simple').as_uri()} {install_pins(options)}"
     )
     return added
+
+
+def _pip_alone() -> dict[str, str]:
+    """pip's environment for reading our index alone: no configuration file, no PIP_* setting.
+
+    A site-wide constraints file capping torch, or the user's extra index serving upstream's
+    torch of the same release, would otherwise decide what resolves.
+    """
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def resolution_problems(options: Options, python: PythonTarget) -> list[str]:
+    """What is wrong with what pip resolves from the index for the printed install command.
+
+    The pins must resolve, from this index alone, to exactly the versions built, for the
+    Mac the line targets (macOS x86_64 at the deployment target, the wheel's Python); a
+    companion's own requirement on torch must accept the torch resolved beside it.
+    """
+    simple = (options.wheels_dir / "simple").absolute()
+    pins = install_pins(options).split()
+    with tempfile.TemporaryDirectory(prefix="index-resolve-") as folder:
+        report = Path(folder) / "report.json"
+        platform = []
+        if options.builder == "pytorch-macos":
+            major, _, minor = options.line.macos_deployment_target.partition(".")
+            platform = ["--platform", f"macosx_{major}_{minor or '0'}_x86_64",
+                        "--python-version", python.version, "--implementation", "cp",
+                        "--target", str(Path(folder) / "target")]  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
+             "--no-deps", "--only-binary=:all:", "--index-url", simple.as_uri(),
+             "--report", str(report), *platform, *pins],
+            env=_pip_alone(), capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        if result.returncode != 0 or not report.is_file():
+            return [f"pip cannot resolve {' '.join(pins)} from {simple}: "
+                    + (result.stderr.strip().splitlines() or ["no report"])[-1]]  # fmt: skip
+        installs = json.loads(report.read_text()).get("install") or []
+    resolved = {canonicalize_name(item["metadata"]["name"]): item for item in installs}
+    problems = []
+    for pin in map(Requirement, pins):
+        item = resolved.get(canonicalize_name(pin.name))
+        got = Version(item["metadata"]["version"]) if item else None
+        if got is None or not pin.specifier.contains(got, prereleases=True):
+            problems.append(f"{pin} resolved to {got or 'nothing'}")
+    for item in resolved.values():
+        for text in item["metadata"].get("requires_dist") or []:
+            needed = Requirement(text)
+            beside = resolved.get(canonicalize_name(needed.name))
+            version = Version(beside["metadata"]["version"]) if beside else None
+            if version is not None and not needed.specifier.contains(version, prereleases=True):
+                problems.append(
+                    f"{item['metadata']['name']} requires {needed}, but {needed.name} {version} "
+                    "resolved beside it"
+                )
+    return problems
+
+
+def check_resolution(options: Options, python: PythonTarget, log: Log) -> None:
+    """Stop unless the install command the index prints resolves to what was built."""
+    problems = resolution_problems(options, python)
+    if problems:
+        raise BuildError(
+            f"The index at {options.wheels_dir / 'simple'} does not install this build "
+            f"({install_pins(options)}):\n  " + "\n  ".join(problems)
+        )
+    log.info(f"{python.tag}: pip resolves {install_pins(options)} from the index alone")
 
 
 def install_pins(options: Options) -> str:
@@ -197,6 +277,7 @@ def plan(options: Options) -> Section:
         Step(
             f"rewrite {simple}/index.html and {simple}/{options.line.name}/index.html (PEP 503, #sha256= fragments)"
         ),
+        Step(f"pip resolves {install_pins(options)} from {simple} alone (--dry-run --no-deps)"),
     ]
     return Section("index", (), {}, tuple(steps))
 

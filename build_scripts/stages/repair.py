@@ -225,13 +225,20 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                 "macOS dylibs and has nothing to do here"
             )
             log.info(f"{python.tag}: delocate {note}")
-        destination = out_dir / wheel.name
-        info = build_info(options, record, note)
-        added = buildinfo.embed(wheel, destination, info, omp_header(options, record))
-        for name in added:
-            log.info(
-                f"{python.tag}: added {name} (upstream's wheels carry it; setup.py's copy of it never runs on x86_64)"
-            )
+        return finish(options, python, record, wheel, note, log)
+
+
+def finish(
+    options: Options, python: PythonTarget, record: dict[str, Any], wheel: Path, note: str, log: Log
+) -> Path:
+    """The repaired wheel: ``wheel`` (delocated, or as built) with the build information added."""
+    destination = repaired_dir(options, python) / wheel.name
+    info = build_info(options, record, note)
+    added = buildinfo.embed(wheel, destination, info, omp_header(options, record))
+    for name in added:
+        log.info(
+            f"{python.tag}: added {name} (upstream's wheels carry it; setup.py's copy of it never runs on x86_64)"
+        )
     _fsutil.write_json_atomic(
         options.layout.dist(python) / REPAIRED, {"wheel": str(destination), "build_info": info}
     )

@@ -9,7 +9,8 @@ Checks (portable; they run on Linux too):
 - INTELMAC_BUILD.json: present, with the upstream version, source hash and series
   fingerprint of this build;
 - the patched code is present: every file the series creates or changes that lands in a
-  wheel (Python modules, installed headers) is byte-identical to the patched tree's copy;
+  wheel (Python modules, installed headers) is byte-identical to the patched tree's copy
+  (a header inside the guard that 2.14's install step wraps it in: core/installed_headers);
 - no binary looks for libraries on the build machine (Mach-O LC_RPATH / install names read
   in pure Python; ELF RUNPATH via readelf), Mach-O binaries carry x86_64, and none of them
   (bundled dylibs included) needs a newer macOS than the line's deployment target;
@@ -52,6 +53,7 @@ from ..core import (
     companion,
     contract,
     image_io,
+    installed_headers,
     macho_checks,
     openmp_layout,
     patching,
@@ -294,6 +296,23 @@ def wheel_paths(source_path: str) -> list[str]:
     return candidates
 
 
+def _differs(installed: bytes, patched: bytes) -> str | None:
+    """How an installed file differs from the patched source file; None: it is that file.
+
+    From 2.14 the install step wraps each header in a TORCH_STABLE_ONLY guard
+    (core/installed_headers.py); inside it, the header must still be byte-identical.
+    """
+    if installed == patched:
+        return None
+    try:
+        found = installed_headers.split(installed)
+    except ValueError as exc:
+        return f"opens with the install step's guard but {exc}; not"
+    if found is None:
+        return "differs from"
+    return None if found[1] == patched else "inside the install step's guard, differs from"
+
+
 def check_patched_code(
     archive: zipfile.ZipFile, tree: Path, patches: tuple[Path, ...]
 ) -> list[Finding]:
@@ -311,10 +330,11 @@ def check_patched_code(
             problems += [f"{name}: removed by the series, still in the wheel" for name in landed]
             continue
         for name in landed:
-            if archive.read(name) == (tree / path).read_bytes():
+            problem = _differs(archive.read(name), (tree / path).read_bytes())
+            if problem is None:
                 matched.append(name)
             else:
-                problems.append(f"{name}: differs from the patched {path}")
+                problems.append(f"{name}: {problem} the patched {path}")
     if not matched and not problems:
         problems.append(
             "no file the series creates or changes lands in the wheel; cannot confirm the patches are in"
@@ -524,6 +544,12 @@ def check_torch_linkage(archive: zipfile.ZipFile, expect: Expectation) -> list[F
     return [Finding("links our libtorch", not problems, detail)]
 
 
+#: torchvision's image extension: ``image.so`` (``image.cpython-*.so`` on some builds) up to
+#: 0.28, ``image_stable.so`` from 0.29, built against torch's stable ABI like ``_C_stable.so``
+#: (the official 0.29.1 and 0.29.2 macOS wheels).
+IMAGE_EXTENSION = re.compile(r"torchvision/image(?:_stable)?\.[^/]*so")
+
+
 def check_image_codecs(archive: zipfile.ZipFile, codecs: tuple[str, ...]) -> list[Finding]:
     """torchvision's image extension links every codec, and the wheel carries each one.
 
@@ -533,10 +559,10 @@ def check_image_codecs(archive: zipfile.ZipFile, codecs: tuple[str, ...]) -> lis
     if not codecs:
         return []
     members = archive.namelist()
-    modules = [name for name in members if re.fullmatch(r"torchvision/image\.[^/]*so", name)]
+    modules = [name for name in members if IMAGE_EXTENSION.fullmatch(name)]
     if not modules:
-        return [Finding("image codecs", False, "no torchvision/image*.so in the wheel: built "
-                        "without its image extension")]  # fmt: skip
+        return [Finding("image codecs", False, "no torchvision/image.so (image_stable.so from "
+                        "0.29) in the wheel: built without its image extension")]  # fmt: skip
     problems: list[str] = []
     with tempfile.TemporaryDirectory() as scratch:
         local = Path(scratch) / "image.so"
@@ -600,6 +626,27 @@ def verify_wheel(
     return findings
 
 
+def report(findings: list[Finding], log: Log) -> list[Finding]:
+    """Log one line per check; return the failed ones."""
+    for finding in findings:
+        mark = "ok  " if finding.ok else "FAIL"
+        log.info(f"  {mark} {finding.check}: {finding.detail}")
+    return [finding for finding in findings if not finding.ok]
+
+
+def record_verified(status: Path, wheel: Path, findings: list[Finding]) -> None:
+    """``verified.json``: the index stage takes ``wheel`` only while it still hashes to this."""
+    _fsutil.write_json_atomic(
+        status,
+        {
+            "wheel": str(wheel),
+            "sha256": _fsutil.sha256_file(wheel),
+            "checks": [finding.check for finding in findings],
+            "build_info": buildinfo.read_embedded(wheel),
+        },
+    )
+
+
 def verify(options: Options, log: Log) -> list[Path]:
     log.step("verify")
     layout = options.layout
@@ -613,22 +660,11 @@ def verify(options: Options, log: Log) -> list[Path]:
         findings = verify_wheel(
             wheel, expectation(options, python, source), layout.patched_tree, options.line.patches
         )
-        for finding in findings:
-            mark = "ok  " if finding.ok else "FAIL"
-            log.info(f"  {mark} {finding.check}: {finding.detail}")
-        failed = [finding for finding in findings if not finding.ok]
+        failed = report(findings, log)
         if failed:
             failures.append(f"{wheel.name}: " + "; ".join(f"{f.check}: {f.detail}" for f in failed))
             continue
-        _fsutil.write_json_atomic(
-            status,
-            {
-                "wheel": str(wheel),
-                "sha256": _fsutil.sha256_file(wheel),
-                "checks": [finding.check for finding in findings],
-                "build_info": buildinfo.read_embedded(wheel),
-            },
-        )
+        record_verified(status, wheel, findings)
         log.info(f"{python.tag}: {wheel.name} verified")
         verified.append(wheel)
     if failures:

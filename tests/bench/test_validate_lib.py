@@ -35,3 +35,17 @@ def test_begin_validation_without_opinfo_needs_no_expecttest(tmp_path: Path) -> 
     (tmp_path / "wheels").mkdir()
     done = _bash("begin_validation out no-opinfo; echo reached", tmp_path, PY="/bin/false", WHEELS=str(tmp_path / "wheels"))
     assert done.returncode == 0 and "reached" in done.stdout, done.stderr
+
+
+def test_end_validation_packs_the_runs_and_exits_with_the_status(tmp_path: Path) -> None:
+    script = ('begin_validation out no-opinfo; for r in clean planted; do mkdir -p "$WORK/$r"; '
+              'for f in regress.json regress.md compat.json compat.md; do echo "$r $f" > "$WORK/$r/$f"; done; done; '
+              'status=1; end_validation clean planted; echo not-reached')
+    done = _bash(script, tmp_path, PY=sys.executable)
+    assert done.returncode == 1 and "not-reached" not in done.stdout
+    out = tmp_path / "out"
+    assert (out / "clean-compat.md").read_text() == "clean compat.md\n"
+    assert (out / "planted-regress.md").read_text() == "planted regress.md\n"
+    listing = subprocess.run(["tar", "-tzf", str(out / "raw.tar.gz")], capture_output=True, text=True, check=True).stdout
+    assert {"./clean-regress.json", "./planted-compat.md"} <= set(listing.split())
+    assert "=== validation exit 1" in (out / "validation-log.txt").read_text()

@@ -79,14 +79,4 @@ other = [(x["op"], x["dtype"], x["status"]) for s in ("results", "shapes", "repo
 print("rows whose status differs from the clean run outside the faulted ops:", other[:10])
 assert not other'
 
-mkdir -p "$WORK/raw"
-for run in clean planted; do
-  for f in regress.json regress.md compat.json compat.md; do
-    cp "$WORK/$run/$f" "$WORK/raw/$run-$f" 2>/dev/null
-  done
-done
-cp "$WORK/clean/compat.md" "$OUT/clean-compat.md" 2>/dev/null
-cp "$WORK/planted/regress.md" "$OUT/planted-regress.md" 2>/dev/null
-tar -czf "$OUT/raw.tar.gz" -C "$WORK/raw" .
-echo "=== validation exit $status" | tee -a "$LOG"
-exit $status
+end_validation clean planted

@@ -46,3 +46,21 @@ begin_validation() {
   LOG="$OUT/validation-log.txt"
   status=0
 }
+
+# end_validation RUN...: pack each run's reports ($WORK/RUN/regress.json, regress.md,
+# compat.json, compat.md) into $OUT/raw.tar.gz, keep clean-compat.md and planted-regress.md
+# beside it, log the verdict and exit with $status.
+end_validation() {
+  mkdir -p "$WORK/raw"
+  local run f
+  for run in "$@"; do
+    for f in regress.json regress.md compat.json compat.md; do
+      cp "$WORK/$run/$f" "$WORK/raw/$run-$f" 2>/dev/null
+    done
+  done
+  cp "$WORK/clean/compat.md" "$OUT/clean-compat.md" 2>/dev/null
+  cp "$WORK/planted/regress.md" "$OUT/planted-regress.md" 2>/dev/null
+  tar -czf "$OUT/raw.tar.gz" -C "$WORK/raw" .
+  echo "=== validation exit $status" | tee -a "$LOG"
+  exit $status
+}

@@ -80,12 +80,24 @@ def test_the_plan_prints_each_jobs_budget(capsys: pytest.CaptureFixture[str]) ->
     assert "(runs-on: macos-15-intel; budget " in out
 
 
-def test_a_py3_none_torchvision_adds_to_one_wheel_job_only(catalog: catalog_module.Catalog) -> None:
+def test_torchvision_is_budgeted_in_its_own_jobs(catalog: catalog_module.Catalog) -> None:
     result = plan.make_plan(RELEASE, catalog, tag="v2.14.1-1")
-    minutes = {run.name: run.budget_minutes for run in plan.job(result, "wheel").runs}
-    newest = catalog.line("2.14.1").python[-1]
-    with_vision = {name for name, value in minutes.items() if value == max(minutes.values())}
-    assert with_vision == {f"wheel 2.14.1 / Python {newest}"}
+    wheel = {run.budget_minutes for run in plan.job(result, "wheel").runs}
+    assert wheel == {budget.job_minutes("wheel", catalog.line("2.14.1"))}
+    vision = plan.job(result, "vision").runs
+    # 0.29.1's official wheels are per Python: one torchvision job per Python.
+    assert len(vision) == len(catalog.line("2.14.1").python)
+    assert {run.budget_minutes for run in vision} == {budget.job_minutes("vision")}
+
+
+def test_the_wheel_model_counts_the_objective_cxx_files() -> None:
+    # Per line: the MPS .mm sources the fail-fast counts hold (the real 2.6.0 tree, estimated
+    # from each other line's official binary), each one mps_unit on all the runner's vCPUs.
+    for line in catalog_module.load().lines:
+        sources = budget.failfast_count(line.version).mps_sources
+        assert sources > 0
+        assert budget.objcxx_minutes(line) == pytest.approx(
+            sources * budget.figure("mps_unit") / budget.figure("runner_vcpus"))
 
 
 def test_the_docs_quote_the_model_as_it_is() -> None:
@@ -130,7 +142,7 @@ _MPS_PATH = re.compile(rb"aten/src/ATen/(?:mps|native/mps)/[A-Za-z0-9_/]+\.mm")
 def _upstream(name: str) -> Path:
     path = UPSTREAM_CACHE / name
     if not path.exists():
-        why = f"no {name} in {UPSTREAM_CACHE}: make upstream-material fetches it"
+        why = f"no cached upstream {name} (a wheel or source tree): make upstream-material fetches it"
         if os.environ.get("INTELMAC_REQUIRE_WHEELS") == "1":
             pytest.fail(why)
         pytest.skip(why)

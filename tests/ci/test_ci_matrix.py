@@ -51,27 +51,57 @@ def test_every_line_builds_exactly_its_pythons(capsys: pytest.CaptureFixture[str
     assert wheels == expected
 
 
-def test_torchvision_is_built_once_per_line_where_its_wheel_is_py3_none(
+def test_torchvision_has_its_own_jobs_as_the_official_wheels_are_tagged(
         capsys: pytest.CaptureFixture[str], raw_catalog: dict[str, Any]) -> None:
+    # The wheel jobs build torch alone; torchvision is one job per line where the official
+    # wheels are py3-none, one per Python where they are per Python (the catalog's wheel_tags,
+    # tests/ci/test_ci_companion_tags.py checks them against the official wheels).
     wheel = cli_matrix(capsys, "--kind", "wheel")["include"]
-    for line in raw_catalog["lines"]:
-        entries = [entry for entry in wheel if entry["version"] == line["version"]]
-        minor = int(line["companion"]["version"].split(".")[1])
-        builders = [entry["python"] for entry in entries if entry["vision"]]
-        if minor >= 29:  # py3-none wheels (the catalog's pair_evidence for 0.29.x)
-            assert builders == [line["python"][-1]]
-            assert all(entry["torch_only_args"] == "--torch-only"
-                       for entry in entries if not entry["vision"])
-        else:
-            assert builders == line["python"]
+    assert all("vision" not in entry and "torch_only_args" not in entry for entry in wheel)
+    vision = cli_matrix(capsys, "--kind", "vision")["include"]
     tests = cli_matrix(capsys, "--kind", "test")["include"]
-    for entry in tests:
-        newest = next(line for line in raw_catalog["lines"]
-                      if line["version"] == entry["version"])["python"][-1]
-        if entry["version"] in ("2.14.1", "2.15.0"):
-            assert entry["vision_artifact"] == f"wheels-{entry['version']}-{newest}"
+    for line in raw_catalog["lines"]:
+        mine = [entry for entry in vision if entry["version"] == line["version"]]
+        per_python = line["companion"]["wheel_tags"] != ["py3-none"]
+        if per_python:
+            assert [entry["candidates"] for entry in mine] == line["python"]
+            assert [entry["artifact"] for entry in mine] == [
+                f"vision-{line['version']}-{python}" for python in line["python"]]
         else:
-            assert entry["vision_artifact"] == entry["artifact"]
+            assert [entry["candidates"] for entry in mine] == [" ".join(line["python"])]
+            assert mine[0]["torch_pattern"] == f"wheels-{line['version']}-*"
+        artifacts = {entry["artifact"] for entry in mine}
+        assert {entry["vision_artifact"] for entry in tests
+                if entry["version"] == line["version"]} == artifacts
+    # 0.29.1 is per Python (cp310-cp310 ...), 0.29.2 py3-none: not read from the version.
+    by_version = {line["version"]: line["companion"]["wheel_tags"] for line in raw_catalog["lines"]}
+    assert by_version["2.14.1"] != ["py3-none"] and by_version["2.15.0"] == ["py3-none"]
+
+
+def test_a_draft_narrows_the_matrix_to_what_it_lacks(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from intelmac_torch_builder.core import catalog as catalog_module
+
+    line = catalog_module.load().line("2.14.1")
+
+    def held(pythons: tuple[str, ...]) -> list[str]:
+        cps = ["cp" + python.replace(".", "") for python in pythons]
+        return [f"{name}-{cp}-{cp}-macosx_14_0_x86_64.whl" for cp in cps
+                for name in ("torch-2.14.1+intelmac", "torchvision-0.29.1+intelmac")]
+
+    state = tmp_path / "draft.json"
+    state.write_text(json.dumps({"state": "draft", "assets": held(line.python[:-1])}))
+    left = cli_matrix(capsys, "--kind", "all", "--tag", "v2.14.1-1", "--draft", str(state))
+    assert [e["python"] for e in left["wheel"]["include"]] == [line.python[-1]]
+    assert [e["candidates"] for e in left["vision"]["include"]] == [line.python[-1]]
+    assert left["pending"] is True and left["versions"] == ["2.14.1"]
+    state.write_text(json.dumps({"state": "draft", "assets": held(line.python)}))
+    whole = cli_matrix(capsys, "--kind", "all", "--tag", "v2.14.1-1", "--draft", str(state))
+    assert whole["pending"] is False and whole["wheel"] == {"include": []}
+    # No file (a run off a tag): every pair.
+    everything = cli_matrix(capsys, "--kind", "all", "--tag", "v2.14.1-1", "--draft",
+                            str(tmp_path / "absent.json"))
+    assert len(everything["wheel"]["include"]) == len(line.python)
 
 
 def test_the_canary_narrows_a_line_to_its_pythons(capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,6 +142,14 @@ def test_runners_labels_and_line_fields(capsys: pytest.CaptureFixture[str]) -> N
         assert entry["wheel_version"] == f"{line.version}+{catalog.local_label}"
         major, minor = line.macos_deployment_target.split(".")
         assert entry["platform_tag"] == f"macosx_{major}_{minor}_x86_64"
+    # The Xcode the compiling jobs select is the catalog's runner choice, inside the range
+    # the preflight accepts.
+    compiling = [entry for kind in ("build", "wheel") for entry in everything[kind]["include"]]
+    assert compiling
+    for entry in compiling:
+        line = catalog.line(entry["version"])
+        assert line.xcode is not None and entry["xcode"] == line.xcode.runner
+        assert line.xcode.admits(entry["xcode"])
     for entry in everything["verify"]["include"]:
         assert entry["runner"].startswith("ubuntu-")
     for entry in everything["regress"]["include"]:
@@ -255,7 +293,7 @@ def test_github_output_holds_one_compact_json_per_kind(tmp_path: Path,
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
     printed = cli_matrix(capsys, "--kind", "all", "--tag", "", "--lines", "", "--github-output")
     written = dict(line.split("=", 1) for line in output.read_text().splitlines())
-    assert set(written) == {*matrix.KINDS, "versions"}
+    assert set(written) == {*matrix.KINDS, "versions", "pending"}
     for name, value in written.items():
         assert json.loads(value) == printed[name]
 

@@ -34,15 +34,19 @@ def test_line_tag_builds_one_line_with_all_its_pythons(catalog: catalog_module.C
     (warmup,) = runs_of(result, "warmup")
     assert warmup.runs_on == "macos-15-intel"
     compile_step = next(c for c in commands(warmup) if "ci.warmup run" in c)
+    # What every Python shares (fetch, patch, build stage), no one Python's make build.
     assert (f'--minutes "{budget.compile_minutes()}"' in compile_step
-            and f'make build VERSION="{line.version}" PYTHON="{line.python[-1]}" TORCH_ONLY=1'
-            in compile_step)
+            and f'--version "{line.version}" --python "{line.python[-1]}"' in compile_step
+            and "make build" not in compile_step)
     wheels = runs_of(result, "wheel")
     assert [run.name for run in wheels] == [f"wheel {line.version} / Python {p}" for p in line.python]
     for run, python in zip(wheels, line.python):
         build = next(c for c in commands(run) if "make build VERSION" in c)
-        vision = "" if python == line.python[-1] else "--torch-only"
-        assert f'make build VERSION="{line.version}" PYTHON="{python}" BUILD_ARGS=" {vision}"' in build
+        assert f'make build VERSION="{line.version}" PYTHON="{python}" TORCH_ONLY=1' in build
+    assert line.companion is not None and line.companion.per_python
+    visions = runs_of(result, "vision")
+    assert [run.name for run in visions] == [
+        f"torchvision {line.version} / Python {p}" for p in line.python]
     tests = runs_of(result, "test-wheel")
     assert [run.name for run in tests] == [f"test {line.version} / Python {p}" for p in line.python]
     for run, python in zip(tests, line.python):
@@ -72,14 +76,15 @@ def test_warmup_jobs_share_their_steps_and_know_their_stage(catalog: catalog_mod
     result = plan.make_plan(RELEASE, catalog, tag="v2.6.0-3")
     (first,) = runs_of(result, "warmup")
     (second,) = runs_of(result, "warmup-2")
-    # The same steps (one YAML list); the plan drops those the job id rules out: job 1
-    # restores the default branch's cache, the later ones read job 1's state and artifact.
-    first_names = {step.name for step in first.steps}
-    second_names = {step.name for step in second.steps}
-    assert any("cache/restore" in (step.uses or "") for step in first.steps)
-    assert not any("cache/restore" in (step.uses or "") for step in second.steps)
-    assert second_names - first_names == {"The earlier warm-up job's state",
-                                          "The compiler cache the earlier warm-up job left"}
+    # The same steps (one YAML list). Whether a job restores the actions cache or continues
+    # from the earlier job's artifact is its state's say at run time (fresh or not).
+    assert [step.name for step in first.steps] == [step.name for step in second.steps]
+    restore = next(step for step in first.steps if "cache/restore" in (step.uses or ""))
+    handed = next(step for step in first.steps if step.name.startswith("The compiler cache the earlier"))
+    assert "steps.state.outputs.fresh == 'true'" in restore.condition
+    assert "steps.state.outputs.fresh != 'true'" in handed.condition
+    state = next(step for step in second.steps if step.name.startswith("Continue, skip"))
+    assert "ci.warmup next --stage" in (state.run or "")
     assert budget.WARMUP_JOBS == len([job for job in result.jobs if job.id.startswith("warmup")])
 
 
@@ -89,31 +94,57 @@ def test_cache_key_names_line_toolchain_and_fingerprint(catalog: catalog_module.
     restore = next(step for step in warmup.steps if "cache/restore" in (step.uses or ""))
     assert restore.with_["key"] == (
         f"ccache-2.6.0-<steps.toolchain.outputs.key>-{line.series_fingerprint[:16]}")
-    # Saved only on the default branch (a tag's entry would be seen by that tag alone, and
-    # would push the default branch's out of the 10 GB): not in a tag run, and never by a
-    # wheel job.
-    assert not any("cache/save" in (step.uses or "") for step in warmup.steps)
-    (on_main,) = runs_of(plan.make_plan(RELEASE, catalog, lines="2.6.0"), "warmup")
-    save = next(step for step in on_main.steps if "cache/save" in (step.uses or ""))
+    # A tag saves only an unfinished compile (for a later run of the same tag); the default
+    # branch and the schedule save a finished one; wheel jobs never save.
+    save = next(step for step in warmup.steps if "cache/save" in (step.uses or ""))
     assert save.with_["key"].startswith(restore.with_["key"] + "-")
-    assert "outcome == 'finished'" in save.condition
-    # Older entries of a line go where they are saved, so each line keeps one.
+    assert "outcome == 'unfinished' && github.ref_type == 'tag'" in save.condition
     assert plan.job(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "cache-prune").status.startswith(
         "skipped")
-    (prune,) = runs_of(plan.make_plan(RELEASE, catalog, lines="2.6.0"), "cache-prune")
-    assert any('gh cache delete "$id"' in c for c in commands(prune))
+    # The schedule refreshes the lines the cache holds (the default first); a dispatch on
+    # the default branch the lines it names.
+    for event, version in (("schedule", catalog.default_version), ("workflow_dispatch", "2.6.0")):
+        refreshed = plan.make_plan(RELEASE, catalog, event=event, lines="2.6.0")
+        (prune,) = [run for run in runs_of(refreshed, "cache-prune") if version in run.name]
+        assert any('gh cache delete "$id"' in c for c in commands(prune))
     for run in runs_of(plan.make_plan(RELEASE, catalog, tag="v2.6.0-3"), "wheel"):
         assert not any("cache/save" in (step.uses or "") for step in run.steps)
+
+
+def test_a_scheduled_run_saves_and_prunes_on_the_default_branch(
+        catalog: catalog_module.Catalog) -> None:
+    # The schedule's payload has no repository object: github.event.repository.default_branch
+    # is null there, so a condition on it alone would never save (issue 33).
+    scheduled = plan.make_plan(RELEASE, catalog, event="schedule")
+    assert scheduled.description.startswith("schedule (")
+    assert plan.job(scheduled, "cache-prune").status == "runs"
+    for job_id in ("wheel", "vision", "test-wheel", "attest", "release", "pages"):
+        assert plan.job(scheduled, job_id).status.startswith("skipped")
+    (warmup,) = runs_of(scheduled, "warmup")
+    save = next(step for step in warmup.steps if "cache/save" in (step.uses or ""))
+    assert save.condition.endswith("(decided at run time)")  # on the compile's outcome only
+    contexts = plan.event_contexts(plan.load_workflow(RELEASE), catalog, event="schedule",
+                                   tag=None, lines=None, pythons=None, repository="o/r",
+                                   variables={})[2]
+    assert "repository" not in contexts["github"]["event"]
+    assert contexts["github"]["ref"] == "refs/heads/main"
+
+
+def test_a_dispatch_on_a_tag_resumes_its_release(catalog: catalog_module.Catalog) -> None:
+    resumed = plan.make_plan(RELEASE, catalog, event="workflow_dispatch", tag="v2.14.1-1")
+    for job_id in ("attest", "release", "pages"):
+        assert plan.job(resumed, job_id).status == "runs"
+    (matrix_run,) = runs_of(resumed, "matrix")
+    assert any("ci.draft assets --tag" in c for c in commands(matrix_run))
+    assert any('--tag "v2.14.1-1"' in c and "--draft draft.json" in c for c in commands(matrix_run))
 
 
 def test_publish_commands_for_a_tag(catalog: catalog_module.Catalog) -> None:
     result = plan.make_plan(RELEASE, catalog, tag="v2.14.1-2", repository="me/intelmac-torch")
     (release,) = runs_of(result, "release")
     script = "\n".join(commands(release))
-    assert 'gh release create "v2.14.1-2" --draft' in script
-    assert script.index("--draft --verify-tag") < script.index(
+    assert script.index('ci.draft add --tag "v2.14.1-2"') < script.index(
         'python -m intelmac_torch_builder.ci.release_status --tag "v2.14.1-2" --publish')
-    assert "is already published" in script
     (pages,) = runs_of(result, "pages")
     assert ('python -m intelmac_torch_builder.ci.publish_index build --releases releases --download-base '
             '"https://github.com/me/intelmac-torch/releases/download" --out site') in commands(pages)
@@ -150,8 +181,8 @@ def test_plan_follows_the_workflow_file_not_a_copy_of_it(tmp_path: Path,
     shutil.copy(RELEASE, changed)
     changed.write_text(changed.read_text().replace(
         'TORCH_ONLY=1 BUILD_ARGS="$FETCH_ARGS"', 'TORCH_ONLY=1 BUILD_ARGS="$FETCH_ARGS --no-wait"'))
-    (warmup,) = runs_of(plan.make_plan(changed, catalog, tag="v2.15.0-1"), "warmup")
-    assert any(c.rstrip().endswith('BUILD_ARGS=" --no-wait"') for c in commands(warmup))
+    wheel = runs_of(plan.make_plan(changed, catalog, tag="v2.15.0-1"), "wheel")[0]
+    assert any(c.rstrip().endswith('BUILD_ARGS=" --no-wait"') for c in commands(wheel))
 
 
 def test_plan_follows_the_catalog(tmp_path: Path) -> None:
@@ -177,7 +208,7 @@ def test_unpinned_lines_build_only_in_trial_runs(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="no sha256 pin"):
         plan.make_plan(RELEASE, unpinned, tag=f"v{version}-1")
     (warmup,) = runs_of(plan.make_plan(RELEASE, unpinned, lines=version), "warmup")
-    assert any(c.rstrip().endswith('BUILD_ARGS="--trust-on-first-use"') for c in commands(warmup))
+    assert any(c.rstrip().endswith('--fetch-args "--trust-on-first-use"') for c in commands(warmup))
     wheel = runs_of(plan.make_plan(RELEASE, unpinned, lines=version), "wheel")[0]
     assert any(step.name.startswith("Unpinned source") for step in wheel.steps)
 
@@ -188,7 +219,7 @@ def test_cli_prints_graph_and_commands(capsys: pytest.CaptureFixture[str]) -> No
     assert "Job graph (budget:" in out
     assert "  warmup <- matrix  [runs]  budget " in out
     assert '$ make build VERSION="2.6.0"' in out
-    assert "regress-gpu <- matrix, wheel  [skipped" in out
+    assert "regress-gpu <- matrix, wheel, vision  [skipped" in out
 
 
 @pytest.mark.parametrize(("expression", "expected"), [

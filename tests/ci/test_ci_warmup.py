@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from intelmac_torch_builder.core.errors import BuildError
 
-from intelmac_torch_builder.ci import warmup
+from intelmac_torch_builder.ci import budget, warmup
 
 PY = sys.executable
 
@@ -21,7 +21,7 @@ def test_a_command_that_finishes_in_time(tmp_path: Path) -> None:
     assert (state.outcome, state.exit_code) == ("finished", 0)
     assert json.loads((tmp_path / "s.json").read_text())["outcome"] == "finished"
     assert warmup.ready(tmp_path / "s.json").stage == 1
-    assert warmup.next_step(tmp_path / "s.json") is False
+    assert warmup.next_step(tmp_path / "s.json", 2) == warmup.Next(todo=False, fresh=False)
 
 
 def test_the_time_box_interrupts_the_whole_process_group(tmp_path: Path) -> None:
@@ -36,8 +36,8 @@ def test_the_time_box_interrupts_the_whole_process_group(tmp_path: Path) -> None
     assert (state.outcome, state.exit_code, state.stage) == ("unfinished", 0, 2)
     time.sleep(4)
     assert not marker.exists(), "the child outlived the time box"
-    assert warmup.next_step(tmp_path / "s.json") is True
-    with pytest.raises(BuildError, match="did not finish its compile in 2 jobs"):
+    assert warmup.next_step(tmp_path / "s.json", 3) == warmup.Next(todo=True, fresh=False)
+    with pytest.raises(BuildError, match="did not finish its compile in 2 jobs.*Press 'Re-run failed jobs'"):
         warmup.ready(tmp_path / "s.json")
 
 
@@ -46,7 +46,9 @@ def test_a_failed_compile_stops_the_line(tmp_path: Path) -> None:
                        state_path=tmp_path / "s.json")
     assert (state.outcome, state.exit_code) == ("failed", 7)
     with pytest.raises(BuildError, match="failed in job 1 .exit 7."):
-        warmup.next_step(tmp_path / "s.json")
+        warmup.next_step(tmp_path / "s.json", 2)
+    # A re-run of the job that failed (a lost runner, a full disk) tries again.
+    assert warmup.next_step(tmp_path / "s.json", 1) == warmup.Next(todo=True, fresh=False)
     with pytest.raises(BuildError, match="failed in job 1"):
         warmup.ready(tmp_path / "s.json")
 
@@ -57,6 +59,48 @@ def test_cli_exit_codes_and_github_outputs(tmp_path: Path, monkeypatch: pytest.M
     state = tmp_path / "s.json"
     assert warmup.main(["run", "--minutes", "1", "--stage", "1", "--state", str(state), "--",
                         PY, "-c", "pass"]) == 0
-    assert warmup.main(["next", "--state", str(state)]) == 0
-    assert out.read_text().splitlines() == ["outcome=finished", "todo=false"]
+    assert warmup.main(["next", "--stage", "2", "--state", str(state)]) == 0
+    assert out.read_text().splitlines() == ["outcome=finished", "todo=false", "fresh=false"]
     assert warmup.main(["ready", "--state", str(tmp_path / "missing.json")]) == 1
+
+
+def test_no_state_starts_afresh_from_the_actions_cache(tmp_path: Path) -> None:
+    # The first job of a run, or a job after one whose runner was lost before it saved one.
+    assert warmup.next_step(tmp_path / "none.json", 1) == warmup.Next(todo=True, fresh=True)
+    assert warmup.next_step(tmp_path / "none.json", 3) == warmup.Next(todo=True, fresh=True)
+
+
+def test_the_last_job_fails_when_the_compile_is_unfinished(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # So that "Re-run failed jobs" runs it (and the wheel jobs) again; earlier jobs hand on.
+    slow = [PY, "-c", "import time; time.sleep(30)"]
+    state = tmp_path / "s.json"
+    for stage, code in ((budget.WARMUP_JOBS - 1, 0), (budget.WARMUP_JOBS, 1)):
+        assert warmup.main(["run", "--minutes", "0.01", "--stage", str(stage), "--state",
+                            str(state), "--", *slow]) == code
+    out = capsys.readouterr().out
+    assert "::error title=Warm-up unfinished::" in out and "Press 'Re-run failed jobs'" in out
+    # The re-run of that job continues from the artifact the failed attempt uploaded.
+    assert warmup.next_step(state, budget.WARMUP_JOBS) == warmup.Next(todo=True, fresh=False)
+
+
+def test_the_shared_compile_runs_no_packaging_stage() -> None:
+    stages = [command[3] for command in warmup.shared_compile("2.14.1", "3.14", "--trust-on-first-use")]
+    assert stages == ["fetch", "patch", "build"]
+
+
+def test_several_commands_share_one_time_box(tmp_path: Path) -> None:
+    marker = tmp_path / "third-ran"
+    commands = [[PY, "-c", "pass"], [PY, "-c", "import time; time.sleep(30)"],
+                [PY, "-c", f"open({str(marker)!r}, 'w')"]]
+    state = warmup.run_all(commands, minutes=0.02, stage=1, state_path=tmp_path / "s.json",
+                           grace=5)
+    assert state.outcome == "unfinished" and not marker.exists()
+
+
+def test_pick_takes_the_newest_python_whose_torch_wheel_finished(tmp_path: Path) -> None:
+    (tmp_path / "torch-2.14.1+intelmac-cp312-cp312-macosx_14_0_x86_64.whl").write_text("")
+    (tmp_path / "torch-2.14.1+intelmac-cp311-cp311-macosx_14_0_x86_64.whl").write_text("")
+    assert warmup.pick(tmp_path, ["3.11", "3.12", "3.13"]) == "3.12"
+    with pytest.raises(BuildError, match="No torch wheel for Python 3.13"):
+        warmup.pick(tmp_path, ["3.13"])

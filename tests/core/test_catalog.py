@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -211,3 +213,34 @@ def test_the_shipped_xcode_ranges_hold_each_runner_and_the_sdk() -> None:
         # The macOS 26 lines: a user's Xcode 26.3 or 26.4 builds them.
         if line.xcode.min.startswith("26."):
             assert line.xcode.admits("26.3") and line.xcode.admits("26.4"), line.version
+
+
+UPSTREAM_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytorch-upstream"
+
+
+def _linked_sdk(dylib: Path) -> str:
+    """The SDK of a thin 64-bit Mach-O's LC_BUILD_VERSION ("26.5")."""
+    data = dylib.read_bytes()[:1 << 20]
+    ncmds, offset = struct.unpack_from("<I", data, 16)[0], 32
+    for _ in range(ncmds):
+        cmd, size = struct.unpack_from("<II", data, offset)
+        if cmd == 0x32:  # LC_BUILD_VERSION: platform, minos, sdk (xxxx.yy.zz nibbles)
+            sdk = struct.unpack_from("<I", data, offset + 16)[0]
+            return f"{sdk >> 16}.{(sdk >> 8) & 0xFF}"
+        offset += size
+    raise AssertionError(f"{dylib} has no LC_BUILD_VERSION")
+
+
+@pytest.mark.parametrize("version", ["2.6.0", "2.9.1", "2.14.1", "2.15.0"])
+def test_the_xcode_evidence_names_the_sdk_upstream_linked_against(version: str) -> None:
+    dylib = UPSTREAM_CACHE / f"wheel-{version}-arm64" / "torch" / "lib" / "libtorch_cpu.dylib"
+    if not dylib.is_file():
+        why = f"no upstream {version} wheel: make upstream-material fetches it"
+        if os.environ.get("INTELMAC_REQUIRE_WHEELS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    line = catalog.load().line(version)
+    assert line.xcode is not None
+    sdk = _linked_sdk(dylib)
+    evidence = f"{line.xcode.min_evidence} {line.xcode.max_evidence}"
+    assert f"SDK {sdk} (LC_BUILD_VERSION" in evidence, (sdk, evidence)

@@ -189,17 +189,18 @@ def test_the_linux_stop_sample_shows_the_current_series() -> None:
 
 
 def test_the_allocator_case_count_is_the_tests() -> None:
-    """docs/mps-device-policy.md says how many cases test_allocator.py has: pytest counts them."""
+    """docs/mps-device-policy.md says how many cases the allocator tests have: pytest counts them."""
     import sys
 
     text = " ".join((REPO / "docs" / "mps-device-policy.md").read_text(encoding="utf-8").split())
-    said = re.search(r"(\d+) of the (\d+) cases of `test_allocator.py` fail", text)
-    assert said, "docs/mps-device-policy.md no longer counts the allocator's cases"
-    listed = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "tests/fake_metal/test_allocator.py"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    cases = [row for row in listed.splitlines() if row.startswith("tests/fake_metal/test_allocator.py::")]
-    assert int(said.group(2)) == len(cases)
-    assert 0 < int(said.group(1)) < len(cases)
+    for name in ("test_allocator.py", "test_whole_allocator.py"):
+        said = re.search(rf"(\d+) of the (\d+) cases of `{name}`", text)
+        assert said, f"docs/mps-device-policy.md no longer counts the cases of {name}"
+        listed = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             f"tests/fake_metal/{name}"],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        cases = [row for row in listed.splitlines() if row.startswith(f"tests/fake_metal/{name}::")]
+        assert int(said.group(2)) == len(cases), name
+        assert 0 < int(said.group(1)) < len(cases), name

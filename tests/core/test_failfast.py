@@ -152,7 +152,13 @@ def test_mps_on_without_a_metal_library_is_an_error(
     assert failfast.main(["--tree", str(tree), "--build-dir", str(tree / "build"), str(patch)]) == 2
     err = capsys.readouterr().err
     assert "MPS is on but" in err and "has no metallibs target" in err
+    assert "found no working Metal compiler (CMakeCache.txt: CAN_COMPILE_METAL=None)" in err
     assert not list((tree / "build").rglob("*.o"))
+    # A working Metal compiler and still no such target: the line renamed it.
+    cache = tree / "build" / "CMakeCache.txt"
+    cache.write_text(cache.read_text() + "CAN_COMPILE_METAL:BOOL=YES\n")
+    assert failfast.main(["--tree", str(tree), "--build-dir", str(tree / "build"), str(patch)]) == 2
+    assert "names its shader library target otherwise" in capsys.readouterr().err
 
 
 UPSTREAM_2_6_0 = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytorch-upstream" / "pytorch-v2.6.0"

@@ -114,6 +114,7 @@ def add_companion(
             "name": "torchvision",
             "version": version,
             "pair_evidence": "fixture: the companion's setup.py pins the torch it is built against",
+            "wheel_tags": ["py3-none"],
             "source": {
                 "url": url,
                 "sha256": digest,

@@ -84,7 +84,7 @@ AS_DELOCATED = {
 def test_upstreams_wheels_have_the_layout(line: str) -> None:
     root = wheel_root(line)
     if not (root / "torch" / "lib").is_dir():
-        why = f"no unpacked {line} wheel: ../shared/tools/upstream-wheel {line} fetches it"
+        why = f"no unpacked upstream {line} wheel: make upstream-material fetches it"
         if os.environ.get(REQUIRE_ENV) or os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
@@ -157,3 +157,74 @@ def test_verify_checks_the_layout_in_the_wheel(tmp_path: Path) -> None:
     with zipfile.ZipFile(zipped(layout(tmp_path / "good", good), tmp_path / "good.whl")) as archive:
         (finding,) = verify.check_openmp(archive, True)
     assert finding.ok, finding.detail
+
+
+def _rewrite(path: Path, install_id: str | None = None,
+             change: tuple[str, str] | None = None) -> None:
+    """What install_name_tool -id / -change does, for a macho_fixture file: written again."""
+    (piece,) = _binaries.read_macho(path)
+    loads = [change[1] if change and load == change[0] else load for load in piece.dylibs]
+    dylib(path, install_id=install_id or piece.install_id, loads=loads, rpaths=piece.rpaths)
+
+
+def stand_in_delocate(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, ...]]) -> None:
+    """delocate's Python API, which repair uses on a Mac only, for macho_fixture wheels.
+
+    InWheel unpacks, yields the folder and packs it again (RECORD is not rewritten here);
+    set_install_id / set_install_name record the call and make the change install_name_tool
+    would make. What is tested is ours: which file moves, which names change, to what.
+    """
+    import contextlib
+    import sys
+    import tempfile
+    import types
+
+    @contextlib.contextmanager
+    def in_wheel(in_wheel: str, out_wheel: str):  # type: ignore[no-untyped-def]
+        with tempfile.TemporaryDirectory() as folder:
+            with zipfile.ZipFile(in_wheel) as archive:
+                archive.extractall(folder)
+            yield folder
+            zipped(Path(folder), Path(out_wheel))
+
+    def set_install_id(filename: str, install_id: str) -> None:
+        calls.append(("id", Path(filename).name, install_id))
+        _rewrite(Path(filename), install_id=install_id)
+
+    def set_install_name(filename: str, old: str, new: str) -> None:
+        calls.append(("change", Path(filename).name, old, new))
+        _rewrite(Path(filename), change=(old, new))
+
+    package = types.ModuleType("delocate")
+    tools = types.ModuleType("delocate.tools")
+    wheeltools = types.ModuleType("delocate.wheeltools")
+    tools.set_install_id, tools.set_install_name = set_install_id, set_install_name  # type: ignore[attr-defined]
+    wheeltools.InWheel = in_wheel  # type: ignore[attr-defined]
+    for name, module in (("delocate", package), ("delocate.tools", tools),
+                         ("delocate.wheeltools", wheeltools)):  # fmt: skip
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_repair_moves_delocates_copy_into_torch_lib(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from intelmac_torch_builder.core.openmp_layout import OMP_ID, relocate
+
+    calls: list[tuple[str, ...]] = []
+    stand_in_delocate(monkeypatch, calls)
+    wheel = zipped(layout(tmp_path / "delocated", AS_DELOCATED),
+                   tmp_path / "torch-2.14.1+intelmac-cp312-cp312-macosx_14_0_x86_64.whl")
+    out = relocate(wheel, tmp_path / "out")
+    assert out == tmp_path / "out" / wheel.name
+    assert calls == [
+        ("id", "libomp.dylib", OMP_ID),
+        ("change", "libtorch_cpu.dylib", "@loader_path/../.dylibs/libomp.dylib",
+         "@loader_path/libomp.dylib"),
+    ]  # fmt: skip
+    with zipfile.ZipFile(out) as archive:
+        names = set(archive.namelist())
+        assert OMP_LIBRARY in names and not any("/.dylibs/" in name for name in names)
+        (finding,) = verify.check_openmp(archive, True)
+    assert finding.ok, finding.detail
+    # A wheel already in upstream's layout is left as it is, with no Mac tool called.
+    calls.clear()
+    assert relocate(out, tmp_path / "again") == out and calls == []

@@ -167,15 +167,17 @@ CODECS = ("@loader_path/.dylibs/libjpeg.8.dylib", "@loader_path/.dylibs/libpng16
     (CODECS, ("libjpeg.8.dylib", "libpng16.16.dylib"), False,
      "libwebp.7.dylib is linked but not bundled"),
 ])
+# image_stable.so: torchvision 0.29's name for it (the official 0.29.1 and 0.29.2 wheels).
+@pytest.mark.parametrize("module", ["image.so", "image_stable.so"])
 def test_verify_requires_torchvision_to_link_and_carry_its_codecs(
         tmp_path: Path, links: tuple[str, ...], bundled: tuple[str, ...], ok: bool,
-        message: str) -> None:
+        message: str, module: str) -> None:
     import zipfile
 
     from intelmac_torch_builder.core import image_io
     from intelmac_torch_builder.stages import verify
 
-    members = {"torchvision/image.so": dylib(tmp_path / "image.so", loads=[SYSTEM, *links])}
+    members = {f"torchvision/{module}": dylib(tmp_path / module, loads=[SYSTEM, *links])}
     for name in bundled:
         members[f"torchvision/.dylibs/{name}"] = dylib(tmp_path / name, install_id=f"@rpath/{name}")
     wheel = _wheel(tmp_path / "torchvision.whl", members)

@@ -31,13 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from intelmac_torch_builder.core import patching
+from intelmac_torch_builder.core import installed_headers, patching
 from intelmac_torch_builder.maint import check_upstream
 
 from .objc_stubs import STUBS
 
 UPSTREAM_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytorch-upstream"
-GUARD_OPEN = "#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)"
 #: Set by .ci/run: a line whose wheel is missing fails instead of being skipped.
 REQUIRE_ENV = "INTELMAC_REQUIRE_WHEELS"
 OBJCXX_SUFFIXES = (".mm",)
@@ -59,15 +58,7 @@ def has_wheel(line: str) -> bool:
 
 def strip_guard(text: str) -> str:
     """A wheel header as its source file reads: without the packaging-time guard."""
-    lines = text.splitlines(keepends=True)
-    if not lines or not lines[0].startswith(GUARD_OPEN):
-        return text
-    body = lines[1:]
-    tail = [line.strip() for line in body[-4:]]
-    if len(tail) != 4 or tail[0] != "" or tail[1] != "#else" or not tail[2].startswith("#error") \
-            or not tail[3].startswith("#endif"):
-        raise ValueError("a guarded header that does not end in the guard's #else/#error/#endif")
-    return "".join(body[:-4])
+    return installed_headers.source_form(text.encode("utf-8")).decode("utf-8")
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from ._device import dtype_supported, synchronize
 from ._parity import (
     DTYPE_NAMES,
+    EXACT,
     LOW_PRECISION,
     PlantedFault,
     Tolerance,
@@ -50,8 +51,6 @@ from ._parity import (
 SECTION = "reports"
 PREFIX = "reports."
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
-# Integer outputs are compared exactly whatever the family's tolerance says.
-EXACT = Tolerance(0.0, 0.0)
 
 # A fault that fires in 4% of runs (pytorch 84138 saw about 4 NaN trials in 100) escapes n
 # runs with probability 0.96^n; at most 1% needs n >= ln(0.01) / ln(0.96) = 112.8.
@@ -217,18 +216,10 @@ def _nibbles(q: torch.Tensor) -> torch.Tensor:
     return ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8)
 
 
-def _cpu_int4_pack(q: torch.Tensor) -> torch.Tensor:
-    # The CPU packer took [N, K] int32 until torch 2.6 and takes [N, K / 2] uint8 since.
-    try:
-        return torch._convert_weight_to_int4pack_for_cpu(_nibbles(q), INT4_INNER_K_TILES)
-    except RuntimeError:
-        return torch._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES)
-
-
 def _int4_prepare(x: torch.Tensor, q: torch.Tensor, sz: torch.Tensor) -> Inputs:
     """Pack the weights once per device, as a model loader does."""
-    if x.device.type == "cpu":
-        return x, _cpu_int4_pack(q), sz
+    if x.device.type == "cpu":  # the CPU's packer takes the [N, K] int32 values themselves
+        return x, torch._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_K_TILES), sz
     return x, torch._convert_weight_to_int4pack(_nibbles(q), INT4_INNER_K_TILES), sz
 
 

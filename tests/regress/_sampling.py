@@ -146,7 +146,7 @@ def _one_sample_tables(dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
     # Ten rows (pytorch 92752's probs0.txt has ten) of next-token probabilities, sharpened as
     # a low temperature does, so that most of the tail is exactly zero (pytorch 192577).
     logits = torch.randn(10, VOCAB, generator=gen, dtype=torch.float64) * 4.0
-    logits[:, :16] += 40.0
+    logits[:, :16] += 120.0  # exp(-120) is below float32's smallest subnormal: an exact-zero tail
     return [
         # A commenter's row on pytorch 92752: two non-zero categories of six.
         ("92752", torch.tensor([[2.3634e-04, 1.2352e-05, 0.0, 0.0, 0.0, 0.0]]).to(dtype)),
@@ -275,9 +275,11 @@ def checks(device: str) -> Iterator[Check]:
         if dtype == torch.float32:
             yield _multinomial(dtype, 1000, True)
             yield _multinomial(dtype, 1000, False)
-        if dtype in (torch.float32, torch.float16):
-            yield _one_sample_check("multinomial_one_sample", dtype, _multinomial_one)
         if dtype == torch.float32:
+            # float32 only: torch's own CPU multinomial(p, 1) on a float16 table drew a
+            # zero-probability category in about 1 of 1500 rows (2026-11-27, torch 2.13.0),
+            # so a float16 row would fail on a correct device as often as on a wrong one.
+            yield _one_sample_check("multinomial_one_sample", dtype, _multinomial_one)
             yield _one_sample_check("categorical_sample", dtype, _categorical_sample)
     for idtype in (torch.int32, torch.int64):
         yield _randint(idtype)

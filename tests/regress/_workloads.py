@@ -250,7 +250,7 @@ def _prompt_and_generate(
         agree = 0
         for step in range(steps):
             token = want_logits.argmax(-1, keepdim=True)  # the CPU's greedy choice, on both sides
-            agree += int(got_logits.float().argmax(-1).cpu() == token.flatten())
+            agree += _greedy_pick(got_logits, step) == int(token)
             want_h, want_logits = ref(token, PROMPT + step, ref_caches)
             got_h, got_logits = dev(token.to(device), PROMPT + step, dev_caches)
             check(f"generated token {step + 1} of {steps}", got_logits, want_logits)
@@ -259,6 +259,16 @@ def _prompt_and_generate(
            else "int8 weights dequantized in the graph (no _weight_int8pack_mm on this device)" if int8 else "")  # fmt: skip
     greedy = f"greedy token agreed with the CPU's at {agree} of {steps} steps" if steps else ""
     return "; ".join(x for x in (how, greedy) if x)
+
+
+def _greedy_pick(logits: torch.Tensor, step: int) -> int:
+    """The device's own greedy pick (argmax on the device, as generate() does it), which must
+    select one of the largest logits: argmax returned -2^63 on x86 Macs (pytorch 92311)."""
+    pick = int(logits.argmax(-1).reshape(-1)[0].cpu())
+    host = logits.float().cpu().reshape(-1)
+    if not 0 <= pick < host.numel() or host[pick] != host.max():
+        raise Wrong(f"token {step + 1}: argmax on the device picked {pick}, not a largest logit")
+    return pick
 
 
 def _set_packed(model: nn.Module, packed: bool) -> None:

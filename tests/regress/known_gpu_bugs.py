@@ -49,6 +49,9 @@ def render(data: dict[str, Any]) -> str:
     for r in reports:
         certainty[r["certainty"]] = certainty.get(r["certainty"], 0) + 1
     with_rows = sum(1 for r in reports if r["rows"])
+    coverage: dict[str, int] = {}
+    for r in reports:
+        coverage[r["coverage"]] = coverage.get(r["coverage"], 0) + 1
     pending = sum(1 for r in reports for row in r["rows"] if row.get("pending"))
     lines = [
         "# Known GPU bugs: public reports of Metal misbehaviour on Intel and AMD Macs",
@@ -64,6 +67,9 @@ def render(data: dict[str, Any]) -> str:
         "",
         f"{len(reports)} reports; {with_rows} have rows in the suite, the others say why none can.",
         "GPU the cause: " + ", ".join(f"{k} {n}" for k, n in sorted(certainty.items())) + ".",
+        "Coverage: " + ", ".join(f"{k} {coverage.get(k, 0)}" for k in ("covered", "partial", "missed")) + ":",
+        "*covered* when a row runs the report's trigger (its shapes and dtype, or a superset),",
+        "*partial* when rows of its class run at other shapes or paths, *missed* when no row can.",
         "The `reports` group runs the cases that need a report's own shape, values or repetition",
         "(tests/regress/_reports.py).",
         *(
@@ -72,14 +78,15 @@ def render(data: dict[str, Any]) -> str:
             if pending else []
         ),  # fmt: skip
         "",
-        "| report | GPU (family) | macOS | version | op, dtype | GPU the cause? | suite rows |",
-        "|---|---|---|---|---|---|---|",
+        "| report | GPU (family) | macOS | version | op, dtype | GPU the cause? | coverage | suite rows |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         rows = "; ".join(_row_ref(x) for x in r["rows"]) or f"none: {_cell(r['no_row_reason'])}"
         lines.append(
             f"| [{r['id']}]({r['link']}) | {_cell(r['gpu'])} ({r['family']}) | {_cell(r['macos'])} | "
-            f"{_cell(r['version'])} | {_cell(r['op'])}; {_cell(r['dtype'])} | {r['certainty']} | {rows} |"
+            f"{_cell(r['version'])} | {_cell(r['op'])}; {_cell(r['dtype'])} | {r['certainty']} | "
+            f"{r['coverage']}{': ' + _cell(r['coverage_why']) if r.get('coverage_why') else ''} | {rows} |"
         )
     lines += [
         "",

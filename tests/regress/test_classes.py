@@ -166,7 +166,8 @@ def _sampling_rows(op: Any = None, fn: Callable[..., Any] | None = None) -> list
 def test_sampling_passes_on_the_cpu() -> None:
     rows = _sampling_rows()
     ops = {r["op"] for r in rows}
-    assert ops == {f"sampling.{o}" for o in ("multinomial", "randint", "rand", "randn", "normal_", "bernoulli")}
+    assert ops == {f"sampling.{o}" for o in ("multinomial", "randint", "rand", "randn", "normal_", "bernoulli",
+                                             "multinomial_one_sample", "categorical_sample")}  # fmt: skip
     assert {r["check"] for r in rows} == {"distribution", "seed"}
     assert {r["status"] for r in rows} == {"pass"}, [r for r in rows if r["status"] != "pass"]
 
@@ -176,9 +177,10 @@ def test_a_multinomial_that_returns_int_min_fails() -> None:
     rows = _sampling_rows(
         torch.ops.aten.multinomial.default, lambda out, *a: torch.full_like(out, torch.iinfo(torch.int64).min)
     )
-    multi = [r for r in rows if r["op"] == "sampling.multinomial" and r["check"] == "distribution"]
+    multi = [r for r in rows if r["op"].startswith("sampling.multinomial") and r["check"] == "distribution"]
     assert multi and all(r["status"] == "fail" and "out of range" in r["detail"] for r in multi)
-    assert all(r["status"] == "pass" for r in rows if r["op"] != "sampling.multinomial")
+    drawing = ("sampling.multinomial", "sampling.multinomial_one_sample", "sampling.categorical_sample")
+    assert all(r["status"] == "pass" for r in rows if r["op"] not in drawing)
 
 
 def test_a_multinomial_that_draws_a_zero_probability_category_fails() -> None:

@@ -33,7 +33,7 @@ def run_suite(
         env=full_env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1200,  # the quick run takes about 5 minutes on a busy 2-core machine
         check=False,
     )
     report = (
@@ -57,7 +57,19 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
     assert {t["model"]: t["status"] for t in report["training"]} == {
         "small_cnn": "pass",
         "small_transformer_encoder": "pass",
+        "mnist_cnn_batch128": "pass",
     }
+    # Issue 34: the trigger rows and the workloads run with --quick and pass; repeated rows
+    # keep their 113 runs, the one-sample draws theirs.
+    from tests.regress import _reports, _workloads
+
+    assert {(r["op"], r["dtype"]) for r in report["reports"]} == set(_reports.rows())
+    assert {r["status"] for r in report["reports"]} == {"pass"}, [r for r in report["reports"] if r["status"] != "pass"]
+    assert {r["runs"] for r in report["reports"] if r["op"] == "reports.weight_int4pack_mm_decode"} == {_reports.REPEATS}
+    one = [r for r in report["sampling"] if r["op"] in ("sampling.multinomial_one_sample", "sampling.categorical_sample")]
+    assert len(one) == 4 and {r["status"] for r in one} == {"pass"} and all("113 runs" in r["case"] for r in one)
+    assert {(r["op"], r["dtype"]) for r in report["workloads"]} == set(_workloads.rows())
+    assert {r["status"] for r in report["workloads"]} == {"pass"}, [r for r in report["workloads"] if r["status"] != "pass"]
     assert report["device"]["family"] == "cpu"
     assert report["torch"]["version"] == torch.__version__
     if sys.platform != "darwin":
@@ -77,13 +89,17 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
     compat = json.loads((tmp_path / "compat.json").read_text())
     _compat.validate(compat)
     assert compat["run"]["exit_code"] == 0 and set(compat["counts"]) == {"pass", "skip"}
+    assert [w["sentence"] for w in compat["workloads"]][:2] == [
+        "LLM prompt processing (float16) works on this GPU", "LLM generation (float16) works on this GPU"]
+    assert "- LLM generation (float16) works on this GPU" in (tmp_path / "compat.md").read_text()
+    assert "## Workloads" in md
     assert all(e["status"] == "pass" for e in compat["ops"] if e["group"] in ("parity", "shapes"))
 
 
 @pytest.mark.slow
 def test_self_test_fault_is_reported_as_failure(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--self-test", "--no-training", "--no-memory", "--no-shapes",
+        tmp_path, "--quick", "--self-test", "--no-training", "--no-workloads", "--no-memory", "--no-shapes",
         "--ops", "add", "mul",
     )
     assert code == 0, log  # caught, nothing else failed (issue 12: not the 1 of a real failure)
@@ -105,7 +121,7 @@ def test_env_fault_and_known_failures(tmp_path: Path) -> None:
         "    - {id: fixed, ops: [add], dtypes: [float32], checks: [forward], issue: 2, reason: test}\n"
     )
     common = (
-        "--quick", "--no-training", "--no-memory", "--no-shapes", "--dtypes", "float32",
+        "--quick", "--no-training", "--no-workloads", "--no-memory", "--no-shapes", "--dtypes", "float32",
         "--known-failures", str(known),
     )
     # The environment plants the fault in another op (mm). The known-failures file lists mm, so

@@ -34,7 +34,7 @@ SIZE_FAULTS = "sum_partial_simd_tail,softmax_tail_past_1024"
 def size_fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, Path]:
     out = tmp_path_factory.mktemp("size-faults")
     code, report, log = run_suite(
-        out, "--quick", "--no-memory", "--no-training", "--ops", "sum", "softmax",
+        out, "--quick", "--no-memory", "--no-training", "--no-workloads", "--ops", "sum", "softmax",
         "--shapes-ops", "sum", "softmax",
         env={"INTELMAC_REGRESS_KERNEL_FAULT": SIZE_FAULTS},
     )  # fmt: skip
@@ -60,7 +60,7 @@ def test_size_only_faults_are_caught_by_shapes_and_missed_by_opinfo(size_fault_r
 @pytest.mark.slow
 def test_without_the_shapes_group_the_size_only_fault_goes_unseen(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--no-memory", "--no-training", "--no-shapes",
+        tmp_path, "--quick", "--no-memory", "--no-training", "--no-workloads", "--no-shapes",
         "--ops", "sum", "softmax", env={"INTELMAC_REGRESS_KERNEL_FAULT": SIZE_FAULTS},
     )  # fmt: skip
     assert code == 3, log  # a planted fault not caught: the OpInfo group alone misses it
@@ -74,7 +74,7 @@ def test_raising_checks_become_their_rows_errors_and_lose_nothing(tmp_path: Path
     site = stand_in(tmp_path / "site")
     code, report, log = run_suite(
         tmp_path / "out", "--ops", "add", "mul", "abs", "--dtypes", "float32", "--samples", "2",
-        "--no-shapes", "--no-memory", "--no-training",
+        "--no-shapes", "--no-memory", "--no-training", "--no-workloads",
         env={
             "PYTHONPATH": str(site),
             "INTELMAC_REGRESS_PLANT_FAULT": "mul:raise,add:raise-backward,"
@@ -101,7 +101,7 @@ def test_raising_checks_become_their_rows_errors_and_lose_nothing(tmp_path: Path
 @pytest.mark.slow
 def test_abort_in_the_middle_of_the_shapes_group_keeps_the_finished_rows(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--no-memory", "--no-training", "--ops", "add", "--dtypes", "float32",
+        tmp_path, "--quick", "--no-memory", "--no-training", "--no-workloads", "--ops", "add", "--dtypes", "float32",
         "--shapes-ops", "sum", "softmax", "layer_norm",
         env={"INTELMAC_REGRESS_PLANT_ABORT": "shapes:softmax"},
     )  # fmt: skip
@@ -176,7 +176,8 @@ def test_a_training_model_that_raises_is_its_rows_error(monkeypatch: pytest.Monk
     good = _training.MODELS["small_cnn"]
     monkeypatch.setitem(_training.MODELS, "small_cnn", (bad_model, good[1], good[2]))
     stream = Rows()
-    results = _training.run("cpu", 2, Tolerance(1e-3, 2e-3), stream=stream)
+    results = _training.run("cpu", 2, Tolerance(1e-3, 2e-3), stream=stream,
+                            models=("small_cnn", "small_transformer_encoder"))  # fmt: skip
     assert results[0].status == "error" and "conv2d: no MPS kernel" in results[0].detail
     assert results[1].model == "small_transformer_encoder"  # the next model still ran
     assert [s for s, _ in stream.rows] == ["training", "training"]

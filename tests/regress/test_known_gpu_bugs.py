@@ -62,8 +62,8 @@ def row_problems(survey: dict[str, Any], suite_rows: set[tuple[str, str, str]]) 
     return problems
 
 
-def test_survey_follows_its_schema_and_has_30_reports(survey: dict[str, Any]) -> None:
-    assert len(survey["reports"]) >= 30
+def test_survey_follows_its_schema_and_has_45_reports(survey: dict[str, Any]) -> None:
+    assert len(survey["reports"]) >= 45  # issue 34
     ids = [r["id"] for r in survey["reports"] + survey["not_gpu_bugs"]]
     assert len(ids) == len(set(ids)), "duplicate ids"
 
@@ -79,6 +79,26 @@ def test_schema_rejects_an_entry_without_rows_or_reason(survey: dict[str, Any]) 
     bad["reports"][0]["certainty"] = "sure"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def coverage_problems(survey: dict[str, Any]) -> list[str]:
+    """A report is `missed` exactly when it names no row; `covered` and `partial` say which."""
+    problems = []
+    for r in survey["reports"]:
+        if (r["coverage"] == "missed") != (not r["rows"]):
+            problems.append(f"{r['id']}: coverage {r['coverage']} with {len(r['rows'])} row(s)")
+        if r["coverage"] in ("covered", "partial") and not r.get("coverage_why"):
+            problems.append(f"{r['id']}: say in coverage_why what runs the trigger, or what differs from it")
+    return problems
+
+
+def test_every_report_is_covered_partial_or_missed(survey: dict[str, Any]) -> None:
+    assert coverage_problems(survey) == []
+    marks = {r["coverage"] for r in survey["reports"]}
+    assert marks == {"covered", "partial", "missed"}
+    bad = copy.deepcopy(survey)
+    bad["reports"][0]["coverage"] = "missed"  # pytorch 178697 has rows
+    assert coverage_problems(bad) == ["pytorch-178697: coverage missed with 8 row(s)"]
 
 
 def test_families_are_family_of_the_named_gpu(survey: dict[str, Any]) -> None:
@@ -113,12 +133,15 @@ def test_row_check_fails_on_a_row_the_suite_does_not_have(
 
 def test_suite_rows_come_from_the_groups(suite_rows: set[tuple[str, str, str]]) -> None:
     groups = {g for g, _, _ in suite_rows}
-    assert groups == {"parity", "shapes", "reports", "sampling", "memory", "training", "kernels"}
+    assert groups == {"parity", "shapes", "reports", "sampling", "memory", "training", "kernels", "workloads"}
     assert ("parity", "argmax", "int32") in suite_rows and ("sampling", "sampling.multinomial", "float32") in suite_rows
     assert ("parity", "nn.functional.linear", "float16") in suite_rows
     assert ("shapes", "shapes.softmax", "bfloat16") in suite_rows
     assert ("memory", "memory.copy_h2d_offset", "int8") in suite_rows
     assert ("training", "small_cnn", "float32") in suite_rows
+    assert ("training", "mnist_cnn_batch128", "float32") in suite_rows
+    assert ("workloads", "workloads.llm_generation", "float16") in suite_rows
+    assert ("sampling", "sampling.categorical_sample", "float32") in suite_rows
     assert {(op, d) for g, op, d in suite_rows if g == "reports"} == set(_reports.rows())
 
 
@@ -140,7 +163,7 @@ def test_a_fault_planted_in_a_reports_row_is_named(tmp_path: Path) -> None:
     env["INTELMAC_REGRESS_PLANT_FAULT"] = "reports.sd_cross_attention,reports.cast_half_to_uint8"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(tmp_path),
-         "--no-parity", "--no-shapes", "--no-memory", "--no-training", "--no-patched"],
+         "--no-parity", "--no-shapes", "--no-memory", "--no-training", "--no-workloads", "--no-patched"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     log = proc.stdout + proc.stderr

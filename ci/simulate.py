@@ -1,0 +1,1125 @@
+"""``make ci-simulate``: the release workflow through the ways a release fails.
+
+The job graph is the one ``ci-plan`` derives from ``release.yml`` (its ``on:``, ``needs``,
+``if:`` and matrix expressions, the matrix step run for real, each event's contexts). This
+module plays GitHub's part with its documented semantics, and each scenario's maintainer
+presses the button the run's error messages name:
+
+* **needs and if** (GitHub docs, *Using jobs* / *Expressions*): a job without an ``if``
+  runs when every job before it in its chain succeeded; ``!cancelled()``, ``always()``,
+  ``failure()`` lift that; a step's ``if`` defaults to the steps before it succeeding;
+  ``continue-on-error`` turns a failing step's conclusion into success;
+* **re-runs** (*Re-running workflows and jobs*): "Re-run failed jobs" runs the failed
+  matrix legs and every job that depends on them again, in the same run (same id, same ref
+  and commit), up to 30 days after the first attempt; jobs left out keep their results and
+  outputs; the run's artifacts stay;
+* **artifacts** (actions/upload-artifact): named per run, ``overwrite: true`` replaces one,
+  gone after ``retention-days`` (default 90);
+* **caches** (*Dependency caching*): a run restores its own ref's entries, then the default
+  branch's, exact key first, then the newest entry matching a restore key; an entry unused
+  for 7 days is removed, and beyond 10 GB the least recently used go first;
+* **concurrency**: runs of one group queue (``cancel-in-progress: false``); the scenarios
+  run one after another, so none is cancelled, and a group that would cancel is an error;
+* **timeouts**: a step past its ``timeout-minutes`` fails; a job past its own is cut off.
+
+What the workflow's own commands do is modelled here step by step (``_run_step``). The
+decisions of our own code are the real functions: ``ci.warmup`` (next, ready, pick),
+``ci.draft`` (what a draft lacks, what ``add`` uploads, when ``publish`` publishes), the
+matrix generator. A step without a model is an error, so a new step cannot slip past.
+
+The scenarios' expected end states are the table in docs/releasing.md ("When a release
+fails"); the run exits 0 only if every scenario ends as that table says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core import catalog as catalog_module
+from ..core.catalog import REPO_ROOT, Catalog
+from ..core.errors import BuildError
+from . import budget, draft, expressions, plan, release_status, warmup, wheel_names
+from .expressions import Unknown
+
+RELEASES_DOC = REPO_ROOT / "docs" / "releasing.md"
+STATES = ("published", "draft, resumable", "failed, says why")
+DEFAULT_REF = f"refs/heads/{plan.DEFAULT_BRANCH}"
+RERUN_DAYS = 30
+CACHE_IDLE_DAYS = 7
+CACHE_LIMIT_GB = budget.figure("repo_cache_limit")
+RERUN = "Re-run failed jobs"
+#: How an error names that button (the older messages said "re-run the failed jobs").
+RERUN_NAMED = re.compile(r"re-run (the )?failed jobs", re.IGNORECASE)
+DISPATCH_ON_TAG = "Use workflow from"
+
+
+class SimulationError(BuildError):
+    """The workflow has a step or construct the simulation does not model."""
+
+
+# --- the world: artifacts, caches, releases, the index ------------------------------------
+
+
+@dataclass
+class Artifact:
+    run_id: int
+    name: str
+    hour: float
+    retention_days: float
+    payload: dict[str, Any]
+
+    def alive(self, now: float) -> bool:
+        return now < self.hour + self.retention_days * 24
+
+
+@dataclass
+class CacheEntry:
+    ref: str
+    key: str
+    hour: float
+    used: float
+    payload: dict[str, Any]
+    gigabytes: float = budget.figure("ccache_size")
+
+
+@dataclass
+class Release:
+    draft: bool
+    assets: dict[str, str]  # name -> sha256
+
+
+@dataclass
+class World:
+    hour: float = 0.0
+    artifacts: list[Artifact] = field(default_factory=list)
+    caches: list[CacheEntry] = field(default_factory=list)
+    releases: dict[str, Release] = field(default_factory=dict)
+    index: dict[str, str] = field(default_factory=dict)  # wheel name -> sha256 pip checks
+    swapped: list[str] = field(default_factory=list)  # published names the index re-pointed
+    builds: int = 0
+
+    def advance(self, hours: float) -> None:
+        self.hour += hours
+        idle = CACHE_IDLE_DAYS * 24
+        self.caches = [entry for entry in self.caches if self.hour - entry.used < idle]
+
+    def save_cache(self, ref: str, key: str, payload: dict[str, Any]) -> None:
+        if any(entry.ref == ref and entry.key == key for entry in self.caches):
+            return  # GitHub keeps the first entry of a key; the save only warns
+        self.caches.append(CacheEntry(ref, key, self.hour, self.hour, payload))
+        while sum(entry.gigabytes for entry in self.caches) > CACHE_LIMIT_GB:
+            self.caches.remove(min(self.caches, key=lambda entry: entry.used))
+
+    def restore_cache(self, ref: str, key: str, prefixes: Sequence[str]) -> CacheEntry | None:
+        for scope in dict.fromkeys((ref, DEFAULT_REF)):
+            entries = [entry for entry in self.caches if entry.ref == scope]
+            found = next((entry for entry in entries if entry.key == key), None)
+            for prefix in prefixes:
+                if found is None:
+                    matching = [entry for entry in entries if entry.key.startswith(prefix)]
+                    found = max(matching, key=lambda entry: entry.hour, default=None)
+            if found is not None:
+                found.used = self.hour
+                return found
+        return None
+
+
+# --- the faults a scenario plants, and the scenarios ---------------------------------------
+
+
+@dataclass
+class Faults:
+    compile_boxes: float = 2.5  # the line's shared compile, in warm-up time boxes
+    python_fails: dict[str, int] = field(default_factory=dict)  # Python -> attempts it fails
+    vision_fails: int = 0  # attempts in which torchvision's build fails
+    lost: tuple[str, int] | None = None  # (job id, attempt) whose runner is lost mid-job
+    # Attempts count across the scenario's runs: 1 fails the first attempt only, 99 all.
+    index_errors: int = 0  # attempts in which one SHA256SUMS download fails
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "push", "schedule", "press" (the button the messages name), "wait"
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    about: str
+    actions: tuple[Action, ...]
+    faults: Callable[[Catalog, str], Faults] = lambda catalog, version: Faults()
+
+
+def _newest(catalog: Catalog, version: str) -> str:
+    return catalog.line(version).python[-1]
+
+
+def _second(catalog: Catalog, version: str) -> str:
+    return catalog.line(version).python[1]
+
+
+PUSH = Action("push", 1)
+PRESS = Action("press")
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("first-tag-green", "a tag, nothing fails", (PUSH,)),
+    Scenario("warmup-out-of-time", "the shared compile needs more than the warm-up jobs hold; "
+             "then the button", (PUSH, PRESS),
+             lambda c, v: Faults(compile_boxes=budget.WARMUP_JOBS + 0.5)),
+    Scenario("one-python-fails", "one Python's wheel fails once; then the button", (PUSH, PRESS),
+             lambda c, v: Faults(python_fails={_second(c, v): 1})),
+    Scenario("newest-python-fails", "the newest Python fails every time", (PUSH, PRESS),
+             lambda c, v: Faults(python_fails={_newest(c, v): 99})),
+    Scenario("torchvision-fails", "torchvision's build fails once; then the button",
+             (PUSH, PRESS), lambda c, v: Faults(vision_fails=1)),
+    Scenario("rerun-after-2-days", "one Python fails once; the button two days later",
+             (PUSH, Action("wait", 48), PRESS),
+             lambda c, v: Faults(python_fails={_second(c, v): 1})),
+    Scenario("runner-lost-mid-job", "the runner of warm-up job 2 is lost; then the button",
+             (PUSH, PRESS),
+             lambda c, v: Faults(compile_boxes=budget.WARMUP_JOBS - 0.5, lost=("warmup-2", 1))),
+    Scenario("index-transient-error", "one SHA256SUMS download fails once; then the button",
+             (PUSH, PRESS), lambda c, v: Faults(index_errors=1)),
+    Scenario("second-tag-same-line", "build 1 stays a draft (the newest Python fails), build "
+             "2 after the fix", (PUSH, PRESS, Action("wait", 24), Action("push", 2)),
+             lambda c, v: Faults(python_fails={_newest(c, v): 2})),
+    Scenario("schedule-refresh", "the scheduled refresh of the compiler cache",
+             (Action("schedule"), Action("wait", 84), Action("schedule"))),
+)
+
+
+# --- one run ------------------------------------------------------------------------------
+
+
+@dataclass
+class Leg:
+    name: str
+    result: str  # success, failure, skipped
+    outputs: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    matrix: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    result: str
+    legs: list[Leg]
+    outputs: dict[str, Any]
+    why: str = ""
+
+
+@dataclass
+class Run:
+    run_id: int
+    event: str
+    tag: str | None
+    contexts: dict[str, Any]
+    started: float
+    attempt: int = 0
+    jobs: dict[str, JobResult] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        return str(self.contexts["github"]["ref"])
+
+    def errors(self) -> list[str]:
+        return [error for job in self.jobs.values() for leg in job.legs for error in leg.errors]
+
+
+MatrixStep = Callable[[str, Catalog, Sequence[str]], "dict[str, str] | None"]
+
+
+@dataclass(frozen=True)
+class Code:
+    """Our code the workflow's steps run: the warm-up's state machine and the matrix step.
+    A test swaps in an older commit's, to run that commit's workflow as it was."""
+
+    warmup: Any = warmup
+    matrix_step: MatrixStep = plan.run_matrix_step
+    error: type[Exception] = BuildError  # what that code raises for bad input
+
+
+def _with_success(condition: Any) -> str:
+    """An ``if:`` as GitHub evaluates it: without a status function it means
+    ``success() && (...)`` (GitHub docs, 'Expressions', status check functions)."""
+    if condition is None:
+        return "success()"
+    text = str(condition).strip()
+    inner = text[3:-2].strip() if text.startswith("${{") and text.endswith("}}") else text
+    if expressions.uses_status_function(inner):
+        return inner
+    return f"success() && ({inner})"
+
+
+class Simulator:
+    def __init__(self, workflow_path: Path, catalog: Catalog, version: str, faults: Faults,
+                 log: Callable[[str], None] | None = None, code: Code = Code()) -> None:
+        self.code = code
+        self.workflow = plan.load_workflow(workflow_path)
+        self.jobs: Mapping[str, Any] = self.workflow["jobs"]
+        self.order = plan.ordered(self.jobs)
+        self.catalog = catalog
+        self.version = version
+        self.faults = faults
+        self.world = World()
+        self.runs: list[Run] = []
+        self.attempts = 0  # every attempt of every run: the faults count these
+        self.log = log or (lambda text: None)
+        self._check_concurrency()
+
+    def _check_concurrency(self) -> None:
+        for where, spec in [("workflow", self.workflow.get("concurrency"))] + [
+                (job_id, job.get("concurrency")) for job_id, job in self.jobs.items()]:
+            if isinstance(spec, Mapping) and spec.get("cancel-in-progress") not in (False, None):
+                raise SimulationError(f"{where}: cancel-in-progress would cancel a release run "
+                                      "that another run of its group follows")
+
+    # -- the maintainer's actions --
+
+    def push(self, build: int) -> Run:
+        tag = f"v{self.version}-{build}"
+        return self._start("push", tag)
+
+    def schedule(self) -> Run:
+        return self._start("schedule", None)
+
+    def dispatch_on_tag(self, tag: str) -> Run:
+        return self._start("workflow_dispatch", tag)
+
+    def _start(self, event: str, tag: str | None) -> Run:
+        _, _, contexts = plan.event_contexts(
+            self.workflow, self.catalog, event=event, tag=tag, lines=None, pythons=None,
+            repository=plan.DEFAULT_REPOSITORY, variables={})
+        run = Run(len(self.runs) + 1, event, tag, contexts, self.world.hour)
+        self.runs.append(run)
+        self._attempt(run, set(self.order))
+        return run
+
+    def press(self) -> str:
+        """The button the last run's messages name; what was pressed (or why nothing)."""
+        run = self.runs[-1]
+        text = " ".join(run.errors())
+        if RERUN_NAMED.search(text) and self.world.hour - run.started <= RERUN_DAYS * 24:
+            self._attempt(run, self._failed_and_dependents(run))
+            return RERUN
+        if DISPATCH_ON_TAG in text and run.tag:
+            self.dispatch_on_tag(run.tag)
+            return f"Run workflow on {run.tag}"
+        return "no button named"
+
+    def _failed_and_dependents(self, run: Run) -> set[str]:
+        chosen = {job_id for job_id, job in run.jobs.items() if job.result == "failure"}
+        for job_id in self.order:
+            if set(plan.needs_of(self.jobs[job_id])) & chosen:
+                chosen.add(job_id)
+        return chosen
+
+    # -- the jobs of one attempt --
+
+    def _attempt(self, run: Run, chosen: set[str]) -> None:
+        run.attempt += 1
+        self.attempts += 1
+        run.contexts["github"]["run_attempt"] = str(run.attempt)
+        run.contexts["github"]["run_id"] = str(run.run_id)
+        hours = 0.0
+        for job_id in self.order:
+            if job_id not in chosen:
+                continue
+            before = run.jobs.get(job_id)
+            result = self._job(run, job_id, before)
+            run.jobs[job_id] = result
+            hours += 0.1
+        self.world.advance(hours + 6 * len([j for j in chosen if j.startswith("warmup")]))
+        self.log(f"  run {run.run_id} attempt {run.attempt}: " + ", ".join(
+            f"{job_id}={run.jobs[job_id].result}" for job_id in self.order if job_id in run.jobs))
+        for error in run.errors():
+            self.log(f"    ! {error}")
+
+    def _ancestors(self, job_id: str) -> set[str]:
+        found: set[str] = set()
+        for need in plan.needs_of(self.jobs[job_id]):
+            found |= {need} | self._ancestors(need)
+        return found
+
+    def _job(self, run: Run, job_id: str, before: JobResult | None) -> JobResult:
+        job = self.jobs[job_id]
+        needs = plan.needs_of(job)
+        contexts = {**run.contexts, "needs": {
+            need: {"result": run.jobs[need].result if need in run.jobs else "skipped",
+                   "outputs": run.jobs[need].outputs if need in run.jobs else {}}
+            for need in needs}}
+        results = [run.jobs[a].result if a in run.jobs else "skipped"
+                   for a in self._ancestors(job_id)]
+        contexts[expressions.STATUS_KEY] = {
+            "success": all(result == "success" for result in results),
+            "failure": any(result == "failure" for result in results),
+            "always": True, "cancelled": False}
+        condition = _with_success(job.get("if"))
+        decided = expressions.condition(condition, contexts)
+        if isinstance(decided, Unknown):
+            raise SimulationError(f"job {job_id}: cannot decide if {condition!r} ({decided})")
+        if not decided:
+            return JobResult("skipped", [], {}, why=f"if {condition}")
+        try:
+            entries = plan.expand_matrix(job_id, job, contexts)
+        except BuildError as exc:
+            raise SimulationError(str(exc)) from None
+        if not entries:
+            leg = Leg(job_id, "failure", errors=[f"{job_id}: the matrix has no entries"])
+            return JobResult("failure", [leg], {})
+        legs = []
+        for entry in entries:
+            kept = self._kept_leg(before, entry)
+            legs.append(kept if kept is not None else self._leg(run, job_id, job, entry, contexts))
+        result = "failure" if any(leg.result == "failure" for leg in legs) else "success"
+        outputs = legs[-1].outputs if legs else {}
+        return JobResult(result, legs, outputs)
+
+    @staticmethod
+    def _kept_leg(before: JobResult | None, entry: Mapping[str, Any]) -> Leg | None:
+        """A matrix leg that succeeded in an earlier attempt of a failed job is not re-run."""
+        if before is None or before.result != "failure":
+            return None
+        return next((leg for leg in before.legs if leg.matrix == dict(entry)
+                     and leg.result == "success"), None)
+
+    def _leg(self, run: Run, job_id: str, job: Mapping[str, Any], entry: Mapping[str, Any],
+             contexts: Mapping[str, Any]) -> Leg:
+        name = expressions.to_string(expressions.interpolate(
+            job.get("name", job_id), {**contexts, "matrix": entry}))
+        leg = Leg(name, "success", matrix=dict(entry))
+        local: dict[str, Any] = {**contexts, "matrix": dict(entry), "steps": {},
+                                 "github": {**contexts["github"], "job": job_id},
+                                 "runner": {"temp": "/tmp/runner", "os": "macOS", "arch": "X64"}}
+        env = {key: expressions.to_string(value) for key, value in
+               expressions.interpolate(job.get("env") or {}, local).items()}
+        env["GITHUB_JOB"] = job_id  # one of the variables every runner sets
+        local["env"] = env
+        files: dict[str, Any] = {}
+        failed = False
+        minutes = 0.0
+        timeout = float(job.get("timeout-minutes", 360))
+        for number, raw in enumerate(job.get("steps", []), start=1):
+            local[expressions.STATUS_KEY] = {"success": not failed, "failure": failed,
+                                             "always": True, "cancelled": False}
+            condition = _with_success(raw.get("if"))
+            decided = expressions.condition(condition, local)
+            if isinstance(decided, Unknown):
+                raise SimulationError(f"{name}, step {number}: cannot decide {condition!r}")
+            step_id = raw.get("id")
+            if not decided:
+                if step_id:
+                    local["steps"][step_id] = {"outcome": "skipped", "conclusion": "skipped",
+                                               "outputs": {}}
+                continue
+            if self.faults.lost == (job_id, self.attempts) and "ci.warmup run" in str(raw.get("run")):
+                leg.result = "failure"
+                leg.errors.append(f"{name}: The runner lost communication with the server "
+                                  "(the job stopped mid-step; nothing after it ran).")
+                return leg
+            step_env = {**env, **{key: expressions.to_string(value) for key, value in
+                                  expressions.interpolate(raw.get("env") or {}, local).items()}}
+            with_ = {key: expressions.to_string(value) for key, value in
+                     expressions.interpolate(raw.get("with") or {}, {**local, "env": step_env}).items()}
+            script = None
+            if "run" in raw:
+                script = plan._substitute_env(expressions.to_string(
+                    expressions.interpolate(raw["run"], {**local, "env": step_env})), step_env)
+            outcome = self._run_step(run, job_id, leg, raw, with_, script, step_env, files)
+            limit = float(raw.get("timeout-minutes", timeout))
+            if outcome.minutes > limit:
+                outcome = StepOutcome(False, {}, f"{name}: '{raw.get('name', raw.get('uses'))}' "
+                                      f"ran past its {limit:g}-minute timeout", limit)
+            minutes += outcome.minutes
+            if outcome.error:
+                leg.errors.append(outcome.error)
+            conclusion = outcome.ok or bool(raw.get("continue-on-error"))
+            if step_id:
+                local["steps"][step_id] = {
+                    "outcome": "success" if outcome.ok else "failure",
+                    "conclusion": "success" if conclusion else "failure",
+                    "outputs": outcome.outputs}
+            if outcome.env:
+                env.update(outcome.env)
+            if not conclusion:
+                failed = True
+            if minutes > timeout:
+                leg.errors.append(f"{name}: the job ran past its {timeout:g}-minute timeout and "
+                                  "was cancelled")
+                failed = True
+                break
+        leg.result = "failure" if failed else "success"
+        leg.outputs = {key: expressions.interpolate(value, local)
+                       for key, value in (job.get("outputs") or {}).items()}
+        return leg
+
+    # -- the steps --
+
+    def _run_step(self, run: Run, job_id: str, leg: Leg, raw: Mapping[str, Any],
+                  with_: Mapping[str, str], script: str | None, env: Mapping[str, str],
+                  files: dict[str, Any]) -> StepOutcome:
+        uses = str(raw.get("uses", "")).split("@")[0]
+        if uses:
+            model = ACTIONS.get(uses)
+            if model is None:
+                raise SimulationError(f"no model of the action {uses}")
+            return model(self, run, leg, with_, files)
+        assert script is not None
+        # Comments say what a step does in words; only its commands choose its model.
+        script = "\n".join(line for line in script.splitlines()
+                           if not line.lstrip().startswith("#"))
+        for marker, model in COMMANDS:
+            if marker in script:
+                return model(self, run, leg, script, env, files)
+        raise SimulationError(f"{job_id}: no model of the step {raw.get('name') or script[:60]!r}")
+
+    def line(self) -> catalog_module.ReleaseLine:
+        return self.catalog.line(self.version)
+
+
+@dataclass
+class StepOutcome:
+    ok: bool
+    outputs: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    minutes: float = 1.0
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# --- actions --------------------------------------------------------------------------------
+
+ActionModel = Callable[[Simulator, Run, Leg, Mapping[str, str], dict[str, Any]], StepOutcome]
+
+
+def _noop(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
+          files: dict[str, Any]) -> StepOutcome:
+    return StepOutcome(True)
+
+
+def _upload(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
+            files: dict[str, Any]) -> StepOutcome:
+    name = with_["name"]
+    found = _collect(files, with_.get("path", ""))
+    root = _artifact_root(with_.get("path", ""), files)
+    payload = {key[len(root):].lstrip("/") if root else key: value for key, value in found.items()}
+    if not payload and with_.get("if-no-files-found", "warn") == "error":
+        return StepOutcome(False, error=f"{leg.name}: no files for artifact {name}")
+    if not payload:
+        return StepOutcome(True)
+    world = sim.world
+    same = [a for a in world.artifacts if a.run_id == run.run_id and a.name == name
+            and a.alive(world.hour)]
+    if same and with_.get("overwrite", "false") != "true":
+        return StepOutcome(False, error=f"{leg.name}: an artifact named {name} exists in this run")
+    for artifact in same:
+        world.artifacts.remove(artifact)
+    days = float(with_.get("retention-days") or 90)
+    world.artifacts.append(Artifact(run.run_id, name, world.hour, days, payload))
+    return StepOutcome(True)
+
+
+def _collect(files: Mapping[str, Any], paths: str) -> dict[str, Any]:
+    """What a path (or several, one per line; globs) of the job's files holds."""
+    found: dict[str, Any] = {}
+    for path in filter(None, (line.strip() for line in paths.splitlines())):
+        for key, value in files.items():
+            if key == path or fnmatch.fnmatch(key, path) or key.startswith(path.rstrip("/") + "/"):
+                found[key] = value
+    return found
+
+
+def _artifact_root(paths: str, files: Mapping[str, Any]) -> str:
+    """The folder an artifact's paths are stored relative to (actions/upload-artifact: the
+    least common ancestor of the search paths; a pattern's search path ends before its first
+    wildcard, a single file's is its folder)."""
+    roots = []
+    for path in filter(None, (line.strip() for line in paths.splitlines())):
+        parts = path.rstrip("/").split("/")
+        wild = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), None)
+        if wild is not None:
+            parts = parts[:wild]
+        elif path in files:
+            parts = parts[:-1]
+        roots.append(parts)
+    common: list[str] = []
+    for segments in zip(*roots):
+        if len(set(segments)) != 1:
+            break
+        common.append(segments[0])
+    return "/".join(common)
+
+
+def _download(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
+              files: dict[str, Any]) -> StepOutcome:
+    world = sim.world
+    alive = [a for a in world.artifacts if a.run_id == run.run_id and a.alive(world.hour)]
+    target = with_.get("path", ".").rstrip("/")
+    if "name" in with_:
+        found = [a for a in alive if a.name == with_["name"]]
+        if not found:
+            return StepOutcome(False, error=f"{leg.name}: Artifact not found for name: "
+                               f"{with_['name']} (expired or never uploaded)")
+    else:
+        found = [a for a in alive if fnmatch.fnmatch(a.name, with_.get("pattern", "*"))]
+    for artifact in found:
+        for key, value in artifact.payload.items():
+            files[f"{target}/{key}"] = value
+    return StepOutcome(True)
+
+
+def _cache_restore(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
+                   files: dict[str, Any]) -> StepOutcome:
+    prefixes = [line.strip() for line in with_.get("restore-keys", "").splitlines() if line.strip()]
+    entry = sim.world.restore_cache(run.ref, with_["key"], prefixes)
+    if entry is not None:
+        files.update(entry.payload)  # the cached paths, where they were saved from
+    return StepOutcome(True, {"cache-hit": str(entry is not None and entry.key == with_["key"]).lower()})
+
+
+def _cache_save(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
+                files: dict[str, Any]) -> StepOutcome:
+    payload = _collect(files, with_["path"])
+    if payload:
+        sim.world.save_cache(run.ref, with_["key"], payload)
+    return StepOutcome(True)
+
+
+def _pages_upload(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
+                  files: dict[str, Any]) -> StepOutcome:
+    return _upload(sim, run, leg, {"name": with_.get("name", "github-pages"),
+                                   "path": with_.get("path", "site"), "retention-days": "1",
+                                   "if-no-files-found": "error"}, files)
+
+
+def _deploy(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
+            files: dict[str, Any]) -> StepOutcome:
+    name = with_.get("artifact_name", "github-pages")
+    found = [a for a in sim.world.artifacts if a.run_id == run.run_id and a.name == name]
+    if not found:
+        return StepOutcome(False, error=f"{leg.name}: no Pages artifact {name}")
+    sim.world.index = dict(found[-1].payload.get("index", {}))  # site/index, relative to site
+    return StepOutcome(True)
+
+
+ACTIONS: dict[str, ActionModel] = {
+    "actions/checkout": _noop,
+    "actions/setup-python": _noop,
+    "actions/attest-build-provenance": _noop,
+    "actions/upload-artifact": _upload,
+    "actions/download-artifact": _download,
+    "actions/cache/restore": _cache_restore,
+    "actions/cache/save": _cache_save,
+    "actions/upload-pages-artifact": _pages_upload,
+    "actions/deploy-pages": _deploy,
+}
+
+
+# --- commands -------------------------------------------------------------------------------
+
+CommandModel = Callable[[Simulator, Run, Leg, str, Mapping[str, str], dict[str, Any]], StepOutcome]
+CCACHE = "/tmp/runner/ccache"
+
+
+def _cmd_noop(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+              files: dict[str, Any]) -> StepOutcome:
+    return StepOutcome(True, minutes=budget.figure("setup") / 4)
+
+
+def _cmd_state(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+               files: dict[str, Any]) -> StepOutcome:
+    """The warm-up's state commands (next, ready) and the job-id shell around them."""
+    number = re.search(r"\(job (\d+)\)", leg.name)
+    stage = int(number.group(1)) if number else 1
+    outputs: dict[str, str] = {}
+    extra_env = {"STAGE": str(stage)} if number else {}
+    code = sim.code.warmup
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "warmup.json"
+        if "state/warmup.json" in files:
+            path.write_text(json.dumps(files["state/warmup.json"]))
+        try:
+            if "ci.warmup ready" in script:
+                code.ready(path)
+            elif "ci.warmup next --stage" in script:
+                step = code.next_step(path, stage)
+                outputs = {"todo": str(step.todo).lower(), "fresh": str(step.fresh).lower()}
+            elif "ci.warmup next" in script:  # the older warm-up: job 1 starts, the rest read
+                todo = True if stage == 1 else code.next_step(path)
+                outputs = {"todo": str(bool(todo)).lower()}
+            else:
+                raise SimulationError(f"no model of {script[:80]!r}")
+        except (BuildError, sim.code.error) as exc:
+            return StepOutcome(False, error=f"{leg.name}: {exc}", env=extra_env)
+    return StepOutcome(True, outputs, env=extra_env)
+
+
+def _cmd_copy_vision(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                     files: dict[str, Any]) -> StepOutcome:
+    """The older test job's `cp vision/torchvision-*.whl dist/`."""
+    for key in [k for k in files if k.startswith("vision/torchvision-")]:
+        files["dist/" + key.split("/", 1)[1]] = files[key]
+    return StepOutcome(True)
+
+
+def _progress(files: Mapping[str, Any]) -> float:
+    return float((files.get(f"{CCACHE}/ccache") or {}).get("boxes", 0.0))
+
+
+def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                 files: dict[str, Any]) -> StepOutcome:
+    """One warm-up job's time-boxed compile: one box of the line's shared compile."""
+    stage = int(env.get("STAGE") or 1)
+    box = float(env.get("COMPILE_MINUTES") or budget.compile_minutes())
+    done = _progress(files)
+    need = sim.faults.compile_boxes
+    gated_python = "make build" in script and "PYTHON=" in script  # the older warm-up: one
+    # Python's whole make build (repair and verify too) is the gate
+    done = min(need, done + 1.0)
+    files[f"{CCACHE}/ccache"] = {"boxes": done}
+    python = env.get("PYTHON", "")
+    if done >= need:
+        if gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
+            state = warmup.State(stage, warmup.FAILED, 1, box, box)
+            files["state/warmup.json"] = state.__dict__
+            return StepOutcome(False, {"outcome": warmup.FAILED},
+                               f"{leg.name}: Python {python}'s wheel failed its verify stage",
+                               minutes=box)
+        state = warmup.State(stage, warmup.FINISHED, 0, box * 0.5, box)
+        files["state/warmup.json"] = state.__dict__
+        return StepOutcome(True, {"outcome": warmup.FINISHED}, minutes=box * 0.5)
+    state = warmup.State(stage, warmup.UNFINISHED, 0, box, box)
+    files["state/warmup.json"] = state.__dict__
+    if "--version" in script and stage >= budget.WARMUP_JOBS:
+        return StepOutcome(False, {"outcome": warmup.UNFINISHED},
+                           f"{leg.name}: {warmup.unfinished_message(state)}", minutes=box)
+    return StepOutcome(True, {"outcome": warmup.UNFINISHED}, minutes=box)
+
+
+def _wheel_name(project: str, version: str, tag: str, platform: str) -> str:
+    return f"{project}-{version}-{tag}-{platform}.whl"
+
+
+def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+               files: dict[str, Any]) -> StepOutcome:
+    """make build in a wheel or torchvision job."""
+    line = sim.line()
+    catalog = sim.catalog
+    platform = leg.matrix.get("platform_tag", "macosx_x86_64")
+    sim.world.builds += 1
+    digest = f"{sim.world.builds:064x}"
+    vision_only = "--companion torchvision" in script
+    python = re.search(r'PYTHON="?([0-9.]+)', script)
+    python_text = python.group(1) if python else env.get("PYTHON", "")
+    cp = "cp" + python_text.replace(".", "")
+    record = f"build/{line.version}/dist/{cp}/verified.json"
+    if vision_only:
+        if record not in files:  # the companion builds against the verify stage's record
+            return StepOutcome(False, error=f"{leg.name}: No verified wheel for {cp} in "
+                               f"{record}: run the verify stage first")
+        if sim.faults.vision_fails >= sim.attempts:
+            return StepOutcome(False, error=f"{leg.name}: torchvision's build failed",
+                               minutes=budget.job_minutes("vision"))
+        return StepOutcome(True, minutes=budget.job_minutes("vision"),
+                           outputs=_add_vision(files, catalog, line, cp, platform, digest))
+    warm = _progress(files) >= sim.faults.compile_boxes
+    minutes = budget.job_minutes("wheel", line) if warm else (
+        budget.bulk_compile_minutes(line) * budget.figure("peer_overrun"))
+    if not warm:
+        return StepOutcome(False, error=f"{leg.name}: the compiler cache is cold; the build "
+                           "ran out of time", minutes=minutes)
+    if sim.faults.python_fails.get(python_text, 0) >= sim.attempts:
+        return StepOutcome(False, error=f"{leg.name}: Python {python_text}'s wheel failed "
+                           "its verify stage", minutes=minutes)
+    torch = _wheel_name('torch', catalog.wheel_version(line), f'{cp}-{cp}', platform)
+    files[f"wheels/{torch}"] = digest
+    files[record] = {"wheel": torch}
+    files[f"build/{line.version}/dist/{cp}/repaired/{torch}"] = digest
+    if "TORCH_ONLY=1" not in script and "--torch-only" not in script and line.companion:
+        if sim.faults.vision_fails >= sim.attempts:
+            return StepOutcome(False, error=f"{leg.name}: torchvision's build failed",
+                               minutes=minutes)
+        _add_vision(files, catalog, line, cp, platform, digest + "v")
+    return StepOutcome(True, minutes=minutes)
+
+
+def _add_vision(files: dict[str, Any], catalog: Catalog, line: catalog_module.ReleaseLine,
+                cp: str, platform: str, digest: str) -> dict[str, Any]:
+    """torchvision's wheel, tagged as the official wheels of its release are (catalog)."""
+    companion = line.companion
+    assert companion is not None
+    tag = f"{cp}-{cp}" if companion.per_python else "py3-none"
+    name = _wheel_name(companion.name, catalog.wheel_version(companion), tag, platform)
+    files[f"wheels/{name}"] = digest + "v"
+    return {}
+
+
+def _cmd_pick(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+              files: dict[str, Any]) -> StepOutcome:
+    with tempfile.TemporaryDirectory() as folder:
+        for key in files:
+            if key.startswith("wheels/"):
+                (Path(folder) / key.split("/", 1)[1]).write_text("")
+        try:
+            python = warmup.pick(Path(folder), env.get("CANDIDATES", "").split())
+        except BuildError as exc:
+            return StepOutcome(False, error=f"{leg.name}: {exc}")
+    return StepOutcome(True, {"python": python})
+
+
+def _cmd_test(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+              files: dict[str, Any]) -> StepOutcome:
+    """ci/test_wheel.py: this Python's torch wheel and a torchvision it can install."""
+    python = str(leg.matrix.get("python", ""))
+    cp = "cp" + python.replace(".", "")
+    names = [key.split("/", 1)[1] for key in files if key.startswith("dist/")]
+    torch = [n for n in names if n.startswith("torch-") and f"-{cp}-{cp}-" in n]
+    vision = [n for n in names if n.startswith("torchvision-")
+              and (f"-{cp}-{cp}-" in n or "-py3-none-" in n)]
+    if not torch or (sim.line().companion and not vision):
+        return StepOutcome(False, error=f"{leg.name}: no {'torch' if not torch else 'torchvision'} "
+                           f"wheel for {cp} in dist/")
+    for key in list(files):  # only what this Python installs is handed on
+        if key.startswith("dist/") and key.split("/", 1)[1] not in torch + vision:
+            del files[key]
+    return StepOutcome(True, minutes=budget.figure("test_wheel"))
+
+
+def _cmd_sums(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+              files: dict[str, Any]) -> StepOutcome:
+    wheels = {k.split("/", 1)[1]: v for k, v in files.items() if k.endswith(".whl")}
+    if not wheels and "exit 1" in script and "Nothing to publish" in script:
+        return StepOutcome(False, error=f"{leg.name}: Nothing to publish: no wheel passed its test")
+    files["dist/SHA256SUMS"] = dict(wheels)
+    return StepOutcome(True, {"count": str(len(wheels))})
+
+
+def _release(sim: Simulator, run: Run) -> Release | None:
+    return sim.world.releases.get(run.tag or "")
+
+
+def _cmd_publish_check(sim: Simulator, run: Run, leg: Leg, script: str,
+                       env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+    release = _release(sim, run)
+    if release is not None and not release.draft:
+        return StepOutcome(False, error=f"{leg.name}: Release {run.tag} is already published; "
+                           "push the next build number")
+    return StepOutcome(True)
+
+
+def _cmd_draft_assets(sim: Simulator, run: Run, leg: Leg, script: str,
+                      env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+    release = _release(sim, run)
+    if release is not None and not release.draft:
+        return StepOutcome(False, error=f"{leg.name}: Release {run.tag} is already published")
+    files["draft.json"] = sorted(release.assets) if release else []
+    return StepOutcome(True)
+
+
+def _cmd_matrix(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                files: dict[str, Any]) -> StepOutcome:
+    try:
+        outputs = sim.code.matrix_step(script, sim.catalog, files.get("draft.json", []))
+    except (BuildError, sim.code.error) as exc:
+        return StepOutcome(False, error=f"{leg.name}: {exc}")
+    assert outputs is not None
+    return StepOutcome(True, outputs)
+
+
+def _local_wheels(files: Mapping[str, Any]) -> dict[str, str]:
+    return {k.split("/", 1)[1]: v for k, v in files.items()
+            if k.startswith("dist/") and k.endswith(".whl")}
+
+
+def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                   files: dict[str, Any]) -> StepOutcome:
+    tag = run.tag or ""
+    release = sim.world.releases.setdefault(tag, Release(True, {}))
+    if not release.draft:
+        return StepOutcome(False, error=f"{leg.name}: Release {tag} is already published")
+    local = _local_wheels(files)
+    for name in draft.plan_add(local, release.assets).upload:
+        release.assets[name] = local[name]
+    return StepOutcome(True)
+
+
+def _cmd_release_status(sim: Simulator, run: Run, leg: Leg, script: str,
+                        env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+    """ci/release_status.py --publish: publish the draft only when whole (its own functions)."""
+    tag = run.tag or ""
+    release = sim.world.releases[tag]
+    wants = release_status.wanted(sim.catalog, tag)
+    absent = release_status.missing(wants, sorted(release.assets))
+    if absent:
+        text = release_status.report(tag, wants, absent, [*release.assets, "SHA256SUMS"])
+        return StepOutcome(False, error=f"{leg.name}: {text}\n{release_status._how_to_finish(tag)}")
+    release.draft = False
+    return StepOutcome(True)
+
+
+def _cmd_wheel_names(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                     files: dict[str, Any]) -> StepOutcome:
+    """ci/wheel_names.py: the tag's build number in the wheels' names (its own function)."""
+    build = wheel_names.build_tag(run.tag or "")
+    for key in [k for k in files if k.startswith("dist/") and k.endswith(".whl")]:
+        renamed = "dist/" + wheel_names.with_build_tag(key.split("/", 1)[1], build)
+        files[renamed] = files.pop(key)
+    return StepOutcome(True)
+
+
+def _cmd_old_release(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                     files: dict[str, Any]) -> StepOutcome:
+    """The older release step: create a draft, upload with --clobber."""
+    tag = run.tag or ""
+    release = sim.world.releases.get(tag)
+    if release is not None and not release.draft:
+        return StepOutcome(False, error=f"{leg.name}: Already published: Release {tag} is "
+                           "already published; push the next build number")
+    release = sim.world.releases.setdefault(tag, Release(True, {}))
+    release.assets.update(_local_wheels(files))
+    return StepOutcome(True)
+
+
+def _cmd_old_publish(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                     files: dict[str, Any]) -> StepOutcome:
+    sim.world.releases[run.tag or ""].draft = False
+    return StepOutcome(True)
+
+
+def _cmd_index_collect(sim: Simulator, run: Run, leg: Leg, script: str,
+                       env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+    if sim.faults.index_errors >= sim.attempts:
+        return StepOutcome(False, error=f"{leg.name}: downloading one release's SHA256SUMS "
+                           "failed after its retries; the index was not deployed.")
+    published = {tag: release for tag, release in sim.world.releases.items() if not release.draft}
+    files["releases/all"] = {tag: dict(release.assets) for tag, release in published.items()}
+    return StepOutcome(True)
+
+
+def _cmd_index_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                     files: dict[str, Any]) -> StepOutcome:
+    index: dict[str, str] = {}
+    for assets in (files.get("releases/all") or {}).values():
+        for name, digest in assets.items():
+            if name in index and index[name] != digest:
+                return StepOutcome(False, error=f"{leg.name}: {name} is published with other "
+                                   "bytes already; the index refuses to swap it")
+            index[name] = digest
+    for name, digest in index.items():
+        if name in sim.world.index and sim.world.index[name] != digest:
+            sim.world.swapped.append(name)
+    files["site/index"] = index
+    return StepOutcome(True)
+
+
+def _cmd_prune(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+               files: dict[str, Any]) -> StepOutcome:
+    prefix, ref = env.get("PREFIX", ""), env.get("REF", "")
+    entries = sorted((e for e in sim.world.caches if e.ref == ref and e.key.startswith(prefix)),
+                     key=lambda e: e.hour, reverse=True)
+    for entry in entries[1:]:
+        sim.world.caches.remove(entry)
+    return StepOutcome(True)
+
+
+def _cmd_say(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+             files: dict[str, Any]) -> StepOutcome:
+    """An echo of an ::error:: or ::notice:: annotation: its text is what the maintainer reads."""
+    match = re.search(r"::error[^:]*::(.*?)\"?$", script.strip(), re.DOTALL)
+    if match:
+        return StepOutcome(True, error=f"{leg.name}: {match.group(1)}")
+    return StepOutcome(True)
+
+
+#: The workflow's commands, by a marker in their script (first match wins).
+COMMANDS: tuple[tuple[str, CommandModel], ...] = (
+    ("ci.warmup run", _cmd_compile),
+    ("ci.warmup pick", _cmd_pick),
+    ("ci.warmup", _cmd_state),
+    ("intelmac_torch_builder matrix", _cmd_matrix),
+    ("ci.publish_check", _cmd_publish_check),
+    ("ci.draft assets", _cmd_draft_assets),
+    ("ci.draft add", _cmd_draft_add),
+    ("ci.release_status", _cmd_release_status),
+    ("ci/wheel_names.py", _cmd_wheel_names),
+    ("gh release create", _cmd_old_release),
+    ("gh release edit", _cmd_old_publish),
+    ("gh release view", _cmd_noop),  # the older draft check
+    ("publish_index collect", _cmd_index_collect),
+    ("publish_index build", _cmd_index_build),
+    ("gh cache list", _cmd_prune),
+    ("make build", _cmd_build),
+    ("ci/test_wheel.py", _cmd_test),
+    ("cp vision/torchvision-", _cmd_copy_vision),
+    ("sha256sum", _cmd_sums),
+    ("::error title=Unfinished::", _cmd_say),
+    ("::warning title=Unpinned", _cmd_noop),
+    ("::notice title=regress-gpu", _cmd_noop),
+    ("pip install", _cmd_noop),
+    ("xcode-select", _cmd_noop),
+    ("simctl", _cmd_noop),
+    ("native fetch", _cmd_noop),
+    ("ccache -s", _cmd_noop),
+    ("GITHUB_JOB#warmup-", _cmd_state),
+)
+
+
+# --- end states -----------------------------------------------------------------------------
+
+
+def end_state(sim: Simulator) -> str:
+    """What the maintainer finds after the scenario's last action."""
+    last = sim.runs[-1]
+    text = " ".join(last.errors())
+    says = bool(text.strip())
+    button = bool(RERUN_NAMED.search(text)) or DISPATCH_ON_TAG in text
+    if last.event == "schedule":
+        kept = [e for e in sim.world.caches if e.ref == DEFAULT_REF]
+        lines = {e.key.split("-")[1] for e in kept}
+        one_each = len(kept) == len(lines) and len(lines) > 0
+        if one_each and not says:
+            return "published"
+        return "failed, says why" if says else "failed, silently"
+    release = _release(sim, last)
+    if release is not None and not release.draft:
+        gaps = release_status.missing(release_status.wanted(sim.catalog, last.tag or ""),
+                                      sorted(release.assets))
+        if gaps:
+            return "published, incomplete (missing " + "; ".join(map(str, gaps)) + ")"
+        if sim.world.swapped:
+            return "published, replacing published files (" + ", ".join(sim.world.swapped) + ")"
+        if any(sim.world.index.get(name) != digest for name, digest in release.assets.items()):
+            return "published, not in the index"
+        return "published"
+    if release is not None and release.assets and button:
+        return "draft, resumable"
+    return "failed, says why" if says else "failed, silently"
+
+
+# --- the docs' table ------------------------------------------------------------------------
+
+_ROW = re.compile(r"^\|\s*`(?P<name>[a-z0-9-]+)`\s*\|")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A row of docs/releasing.md's table: the end state, and whether the button is pressed."""
+
+    state: str
+    rerun: bool  # its button column names *Re-run failed jobs*
+
+
+def expected_rows(doc: Path = RELEASES_DOC) -> dict[str, Expected]:
+    """The rows docs/releasing.md gives the scenarios (its 'When a release fails' table:
+    scenario | what happens | what the maintainer sees | button | end state)."""
+    text = doc.read_text()
+    start = text.find("### When a release fails")
+    if start < 0:
+        raise BuildError(f"{doc} has no 'When a release fails' section with the scenario table.")
+    found: dict[str, Expected] = {}
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("#"):
+            break
+        match = _ROW.match(line)
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if match and len(cells) == 5 and cells[4] in STATES:
+            found[match["name"]] = Expected(cells[4], RERUN_NAMED.search(cells[3]) is not None)
+    return found
+
+
+def expected_states(doc: Path = RELEASES_DOC) -> dict[str, str]:
+    return {name: row.state for name, row in expected_rows(doc).items()}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    scenario: str
+    state: str
+    expected: Expected | None
+    trace: tuple[str, ...]
+
+    @property
+    def pressed_rerun(self) -> bool:
+        return f"press: {RERUN}" in self.trace
+
+    @property
+    def ok(self) -> bool:
+        return (self.expected is not None and self.state == self.expected.state
+                and self.pressed_rerun == self.expected.rerun)
+
+
+def simulate(scenario: Scenario, workflow: Path, catalog: Catalog, version: str,
+             code: Code = Code()) -> Outcome:
+    trace: list[str] = []
+    sim = Simulator(workflow, catalog, version, scenario.faults(catalog, version), trace.append,
+                    code)
+    for action in scenario.actions:
+        if action.kind == "push":
+            trace.append(f"push v{version}-{action.value}")
+            sim.push(action.value)
+        elif action.kind == "schedule":
+            trace.append("schedule")
+            sim.schedule()
+        elif action.kind == "wait":
+            trace.append(f"wait {action.value} h")
+            sim.world.advance(action.value)
+        elif action.kind == "press":
+            trace.append(f"press: {sim.press()}")
+    return Outcome(scenario.name, end_state(sim), None, tuple(trace))
+
+
+def run_all(workflow: Path, catalog: Catalog, version: str | None = None,
+            doc: Path = RELEASES_DOC, code: Code = Code()) -> list[Outcome]:
+    expected = expected_rows(doc)
+    chosen = version or catalog.default_version
+    outcomes = []
+    for scenario in SCENARIOS:
+        try:
+            outcome = simulate(scenario, workflow, catalog, chosen, code)
+        except SimulationError as exc:
+            outcome = Outcome(scenario.name, f"cannot simulate: {exc}", None, ())
+        outcomes.append(Outcome(scenario.name, outcome.state, expected.get(scenario.name),
+                                outcome.trace))
+    return outcomes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.simulate",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workflow", type=Path, default=plan.RELEASE_WORKFLOW)
+    parser.add_argument("--catalog", type=Path, default=None)
+    parser.add_argument("--line", default=None, help="the line the tags release (default: "
+                        "the catalog's default line)")
+    parser.add_argument("--doc", type=Path, default=RELEASES_DOC)
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each run's jobs")
+    args = parser.parse_args(argv)
+    try:
+        outcomes = run_all(args.workflow, catalog_module.load(args.catalog), args.line, args.doc)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    width = max(len(outcome.scenario) for outcome in outcomes)
+    for outcome in outcomes:
+        mark = "ok  " if outcome.ok else "FAIL"
+        row = outcome.expected
+        wanted = "" if outcome.ok else (
+            "   (docs/releasing.md: " + (f"{row.state}, button: "
+                                          f"{RERUN if row.rerun else 'none pressed'}" if row else "no row")
+            + f"; pressed: {RERUN if outcome.pressed_rerun else 'none'})")
+        print(f"{mark} {outcome.scenario:<{width}}  {outcome.state}{wanted}")
+        if args.verbose or not outcome.ok:
+            for line in outcome.trace:
+                print(f"       {line}")
+    return 0 if all(outcome.ok for outcome in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""`make ci-simulate`: the release workflow through the ways a release fails (ci/simulate.py).
+
+The scenarios end as docs/releasing.md says with today's release.yml; they did not with the
+workflow and code of the commit before issue 33 (65b1623), run here as they were; and a
+planted regression in today's workflow makes the scenario that covers it fail.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from ci_support import REPO, RELEASE, edit_catalog, pin_everything, pinned_catalog
+from intelmac_torch_builder.core import catalog as catalog_module
+
+from intelmac_torch_builder.ci import simulate
+
+BEFORE = "65b162324037facd2488864be97e93b27f98e1f7"
+
+
+@pytest.fixture(scope="module")
+def catalog() -> catalog_module.Catalog:
+    return catalog_module.load()
+
+
+def test_every_scenario_ends_as_the_docs_say(catalog: catalog_module.Catalog) -> None:
+    expected = simulate.expected_states()
+    assert list(expected) == [scenario.name for scenario in simulate.SCENARIOS]
+    outcomes = simulate.run_all(RELEASE, catalog)
+    assert [(o.scenario, o.state) for o in outcomes] == list(expected.items())
+
+
+def test_cli_prints_one_line_per_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert simulate.main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == [s.name for s in simulate.SCENARIOS]
+    assert all(line.startswith("ok ") for line in lines)
+
+
+@pytest.mark.parametrize(("scenario", "cell", "changed", "says"), [
+    # The end state column.
+    ("newest-python-fails", "| draft, resumable |", "| published |",
+     "(docs/releasing.md: published, button:"),
+    # The button column: first-tag-green needs none, so naming one fails.
+    ("first-tag-green", "| none |", "| *Re-run failed jobs* |", "pressed: none"),
+])
+def test_a_table_that_says_otherwise_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           scenario: str, cell: str, changed: str,
+                                           says: str) -> None:
+    doc = tmp_path / "releasing.md"
+    text = simulate.RELEASES_DOC.read_text()
+    row = next(line for line in text.splitlines() if line.startswith(f"| `{scenario}`"))
+    doc.write_text(text.replace(row, row.replace(cell, changed)))
+    assert simulate.main(["--doc", str(doc)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {scenario}" in out and says in out
+
+
+def _planted(tmp_path: Path, old: str, new: str) -> Path:
+    text = RELEASE.read_text()
+    assert old in text, old
+    path = tmp_path / "release.yml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+@pytest.mark.parametrize(("scenario", "old", "new"), [
+    # The warm-up cache artifact kept one day, as before: a re-run two days later starts cold.
+    ("rerun-after-2-days", "          compression-level: 0\n          retention-days: 30",
+     "          compression-level: 0\n          retention-days: 1"),
+    # The refresh asking the schedule's payload for the default branch saves nothing.
+    ("schedule-refresh", "(github.event_name == 'schedule' || github.ref_name == github.event.repository.default_branch)) ||",
+     "github.ref_name == github.event.repository.default_branch) ||"),
+    # Publishing whatever passed: the draft never waits for the missing Python.
+    ("one-python-fails", 'run: python -m intelmac_torch_builder.ci.release_status --tag "$TAG" --publish',
+     'run: gh release edit "$TAG" --draft=false'),
+    # The torch build's record downloaded beside, not into, the line's dist/: the companion
+    # build finds no verified torch wheel.
+    ("first-tag-green", "          merge-multiple: true\n          path: build/${{ matrix.version }}/dist\n",
+     "          merge-multiple: true\n          path: build\n"),
+    # torchvision waiting for every wheel job to succeed: one Python's failure costs them all.
+    ("newest-python-fails", "    needs: [matrix, wheel]\n    if: ${{ !cancelled() && needs.matrix.result == 'success' && needs.matrix.outputs.pending == 'true' && github.event_name != 'schedule' }}\n    runs-on: ${{ matrix.runner }}\n    timeout-minutes: 180",
+     "    needs: [matrix, wheel]\n    runs-on: ${{ matrix.runner }}\n    timeout-minutes: 180"),
+])
+def test_a_planted_regression_fails_its_scenario(tmp_path: Path, scenario: str, old: str,
+                                                 new: str, catalog: catalog_module.Catalog) -> None:
+    chosen = next(s for s in simulate.SCENARIOS if s.name == scenario)
+    outcome = simulate.simulate(chosen, _planted(tmp_path, old, new), catalog,
+                                catalog.default_version)
+    assert outcome.state != simulate.expected_states()[scenario], outcome.trace
+
+
+def test_a_step_without_a_model_is_an_error(tmp_path: Path,
+                                            catalog: catalog_module.Catalog) -> None:
+    path = _planted(tmp_path, "        run: ccache -s -v || true",
+                    "        run: ccache -s -v || true\n      - run: ./something-new.sh")
+    with pytest.raises(simulate.SimulationError, match="no model of the step"):
+        simulate.simulate(simulate.SCENARIOS[0], path, catalog, catalog.default_version)
+
+
+# --- the commit before issue 33, as it was ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def before(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, types.ModuleType]:
+    """That commit's release.yml, and its package (its core, ci and patches, the catalog
+    with them) importable beside today's as ``intelmac_before``."""
+    root = tmp_path_factory.mktemp("before")
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to read the commit before issue 33")
+    archive = subprocess.run(["git", "archive", BEFORE, "build_scripts", "ci", "patches",
+                              ".github/workflows/release.yml"], cwd=REPO, capture_output=True,
+                             check=False)
+    if archive.returncode != 0:
+        pytest.skip(f"this checkout lacks commit {BEFORE[:7]} (a shallow clone): fetch it")
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+    package = root / "intelmac_before"
+    (root / "build_scripts").rename(package)
+    (root / "ci").rename(package / "ci")
+    (root / "patches").rename(package / "patches")
+    sys.path.insert(0, str(root))
+    try:
+        importlib.import_module("intelmac_before.ci.plan")
+    finally:
+        sys.path.remove(str(root))
+    return root / ".github" / "workflows" / "release.yml", package, sys.modules["intelmac_before"]
+
+
+def _code_before(package: types.ModuleType, catalog_path: Path | None = None) -> simulate.Code:
+    """That commit's warm-up and matrix step, on its own catalog (pinned, for a 2.15.0 tag)."""
+    old_catalog = importlib.import_module("intelmac_before.core.catalog")
+    old_plan = importlib.import_module("intelmac_before.ci.plan")
+    errors = importlib.import_module("intelmac_before.core.errors")
+    catalog = old_catalog.load(catalog_path)
+
+    def matrix_step(script: str, today: catalog_module.Catalog,
+                    draft: object) -> dict[str, str] | None:
+        result: dict[str, str] | None = old_plan._run_matrix_step(script, catalog)
+        return result
+
+    return simulate.Code(warmup=importlib.import_module("intelmac_before.ci.warmup"),
+                         matrix_step=matrix_step, error=errors.BuildError)
+
+
+def test_before_issue_33_every_scenario_ended_otherwise(
+        before: tuple[Path, Path, types.ModuleType], catalog: catalog_module.Catalog) -> None:
+    workflow, _, package = before
+    # Today's catalog is the world's truth (0.29.1's official wheels are per Python); that
+    # commit's code reads its own catalog, as it did.
+    outcomes = simulate.run_all(workflow, catalog, code=_code_before(package))
+    passed = [o.scenario for o in outcomes if o.ok]
+    # Seen on that commit: each scenario ends otherwise than docs/releasing.md now says.
+    assert passed == [], "\n".join(f"{o.scenario}: {o.state}\n  " + "\n  ".join(o.trace)
+                                   for o in outcomes if o.ok)
+
+
+def test_before_issue_33_on_a_py3_none_line(before: tuple[Path, Path, types.ModuleType],
+                                            tmp_path: Path) -> None:
+    # On 2.15.0, whose torchvision is py3-none as that commit assumed for every 0.29.x, the
+    # green tag and a second build after a draft ended as documented then too; every other
+    # scenario did not (2.15.0 pinned in both catalogs so that a tag may release it).
+    workflow, package_dir, package = before
+    catalog = catalog_module.load(pinned_catalog(tmp_path / "today"))
+    old = tmp_path / "before" / "catalog.yaml"
+    shutil.copytree(package_dir / "patches", old.parent)
+    edit_catalog(old, pin_everything)
+    outcomes = simulate.run_all(workflow, catalog, "2.15.0", code=_code_before(package, old))
+    assert [o.scenario for o in outcomes if o.ok] == ["first-tag-green", "second-tag-same-line"]
+    assert all(o.ok for o in simulate.run_all(RELEASE, catalog, "2.15.0"))
