@@ -7,21 +7,27 @@ its stderr; the check it was in becomes an error row, the rows finished before i
 the rest of the report survives.
 Every run also writes compat.json and compat.md, the small report to share (_compat.py).
 
-A check that never returns (a GPU that deadlocks or times out) is stopped: when a group's
-process writes nothing for --check-timeout seconds, the parent ends it, reports the check in
-flight as a `hang` row (its op, dtype and input shapes), and starts the group again after that
-check; the finished rows and the other groups stay. Ctrl-C stops the group in progress and
-still writes the report of what finished (exit 130).
+A check that never returns (a GPU that deadlocks or times out) is stopped: once a group's
+process has started up (imported, loaded its tables, reached the device), silence longer than
+--check-timeout is a hang, wherever it falls: in a check, in the group's set-up, between
+checks. The parent ends the process, names what was running (the check, with its op, dtype
+and input; a set-up step; else the Python stack), and starts the group again after it. What
+hung is not run again in this run: the later rows of the same op read `not run: hung earlier
+in this run`. Start-up alone has the longer STARTUP_TIMEOUT; a start-up that never ends stops
+the run's later groups (the device did not answer). SIGINT (Ctrl-C), SIGTERM and SIGHUP stop
+the group in progress and still write the report of what finished.
 
 Exit codes: 0 no unexpected failure (with a planted fault: it was caught and nothing else
 failed); 1 unexpected failure(s); 2 the device cannot be used; 3 a planted fault was not
-caught (the suite itself is broken); 130 interrupted (Ctrl-C), the report holds what finished.
+caught (the suite itself is broken); 128 + the signal's number when stopped by a signal (130
+SIGINT, 143 SIGTERM, 129 SIGHUP), the report holds what finished.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import faulthandler
 import json
 import os
 import signal
@@ -29,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +63,14 @@ from ._device import (
     DEVICE_TYPES,
     describe,
     dtype_supported,
+    first_contact,
     host_info,
     resolve_device,
     torch_info,
     unavailable_reason,
 )
 
-UNEXPECTED = ("fail", "error", "hang")
+UNEXPECTED = ("fail", "error", "hang", "gpu-error")
 GROUPS = ("parity", "shapes", "reports", "sampling", "memory", "training", "workloads", "patched", "kernels")
 # The report section each group's rows go to (the parity group's are "results").
 SECTIONS = {
@@ -72,17 +80,23 @@ SECTIONS = {
 }  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAULT_MISSED = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 128  # + the signal's number
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_ORPHANED = 125  # a group's process whose parent is gone
 # The deadline of one check: an Intel UHD 630 compiling its first kernels and running the
 # largest cases of the shapes group needs tens of seconds; a check silent for 5 minutes is
 # taken as hung. A real hang costs this much once per hung check.
 DEFAULT_CHECK_TIMEOUT = 300.0
-# Outside checks (a group's process starting: importing torch, loading OpInfo's database on
-# a busy laptop) the deadline is this, or --check-timeout when that is longer.
+# A group's start-up (the interpreter, importing torch and the suite, loading OpInfo's
+# database, the first device contact: _startup) has this deadline, or --check-timeout when
+# that is longer. Each group's record keeps its `startup_seconds`; measured figures are in
+# docs/regression-and-benchmark.md ("Hangs"): tens of seconds at most on a loaded 2-core
+# runner. A busy laptop compiling its first Metal kernels takes longer, hence the wide margin.
+# After start-up, --check-timeout is the deadline everywhere.
 STARTUP_TIMEOUT = 600.0
 MAX_HANGS = 3  # per group; after that the GPU is taken as wedged and the group stops
 POLL_SECONDS = 0.2
+STACK_WAIT = 1.0  # seconds a hung process gets to write its Python stack (faulthandler)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -202,6 +216,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--worker", choices=GROUPS, default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--skip-checks", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--run-hangs", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument(
         "--known-failures",
         type=Path,
@@ -247,7 +262,6 @@ def _parity_group(args: argparse.Namespace, device: str, stream: _stream.RowStre
     ops = args.ops or (list(_ops.QUICK) if args.quick else _ops.all_ops())
     wanted = _wanted_dtypes(args)
     dtypes = [d for d, n in _parity.DTYPE_NAMES.items() if n in wanted]
-    t0 = time.perf_counter()
     runner = _parity.ParityRunner(
         device,
         _parity.load_tolerances(),
@@ -256,11 +270,7 @@ def _parity_group(args: argparse.Namespace, device: str, stream: _stream.RowStre
         op_db_index=_parity.opinfo_index(_parity.import_op_db()),
         progress=stream.at,
     )
-    print(
-        f"regress: OpInfo database loaded in {time.perf_counter() - t0:.1f}s; "
-        f"{len(ops)} ops x {[_parity.DTYPE_NAMES[d] for d in dtypes]}",
-        flush=True,
-    )
+    print(f"regress: {len(ops)} ops x {[_parity.DTYPE_NAMES[d] for d in dtypes]}", flush=True)
     dtype_notes: dict[str, str] = {}
     for dtype in dtypes:
         dname = _parity.DTYPE_NAMES[dtype]
@@ -353,6 +363,45 @@ def _in_flight_row(section: str, row: dict[str, Any], how: str) -> dict[str, Any
     return row
 
 
+class StopRequest:
+    """The run's stop signals. The first SIGINT, SIGTERM or SIGHUP asks for a stop: the group
+    in progress is ended, the finished rows are kept, the check in progress is named, and the
+    report is written (exit 128 + the signal's number). A second one ends the suite at once,
+    as the signal does by default."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def install(self) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.signum = signum  # polled by _attempt and the group loop; nothing raised here
+
+    @property
+    def name(self) -> str:
+        if self.signum is None:
+            return ""
+        return signal.Signals(self.signum).name
+
+
+@dataclass
+class RunState:
+    """What every group of one run shares: what hung so far, whether the planted hang
+    (INTELMAC_REGRESS_PLANT_HANG, one per run) is still to fire, the group whose start-up
+    never ended, and the stop signals."""
+
+    stop: StopRequest = field(default_factory=StopRequest)
+    hangs: _stream.RunHangs = field(default_factory=_stream.RunHangs)
+    plant_armed: bool = True
+    startup_hung: str | None = None
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """End a group's process and everything it started (its own session)."""
     try:
@@ -362,36 +411,98 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _attempt(
-    cmd: list[str], env: dict[str, str], out: Path, err: Path, timeout: float
-) -> tuple[int, str]:
-    """Run one attempt of a group; (return code, "" | "hang" | "interrupt").
+def _python_stack(proc: subprocess.Popen[bytes], path: Path) -> str:
+    """The hung process's Python stack (faulthandler, registered by _worker), innermost
+    first; "" when it wrote none in time."""
+    try:
+        os.kill(proc.pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return ""
+    deadline = time.monotonic() + STACK_WAIT
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        if "most recent call first" in text and text.endswith("\n"):
+            time.sleep(0.1)  # the other threads' stacks
+            return path.read_text(encoding="utf-8", errors="replace")
+    return ""
 
-    A hang is `timeout` seconds without a new line in the group's file while a check is in
-    flight: each check begins, notes its samples and ends with a line, so silence means the
-    check never returned. Outside checks the deadline is STARTUP_TIMEOUT."""
+
+QUOTE = '"'
+
+
+def _innermost(stack: str, frames: int = 3) -> str:
+    """The suite's innermost frames in the thread running the group (the one in
+    _run_group_here), as "_device.py:262 dtype_supported <- ..."."""
+    for block in stack.split("\n\n"):
+        if "_run_group_here" not in block:
+            continue
+        ours = []
+        for line in block.splitlines():
+            path, _, rest = line.strip().removeprefix("File ").partition(", line ")
+            if "/tests/regress/" in path:
+                number, _, func = rest.partition(" in ")
+                ours.append(f"{Path(path.strip(QUOTE)).name}:{number} {func}")
+        return " <- ".join(ours[:frames])
+    return ""
+
+
+@dataclass
+class Attempt:
+    """How one process of a group ended: its return code; `stopped` "" (by itself), "hang"
+    (silent past --check-timeout after start-up), "startup" (start-up past its deadline) or
+    "interrupt" (a stop signal); its start-up time; the Python stack of a hang."""
+
+    returncode: int
+    stopped: str = ""
+    startup_seconds: float | None = None
+    stack: str = ""
+
+
+def _attempt(
+    cmd: list[str], env: dict[str, str], out: Path, err: Path, timeout: float, stop: StopRequest
+) -> Attempt:
+    """Run one process of a group until it ends, hangs, or a stop signal comes.
+
+    Until the worker says start-up is over, the deadline is STARTUP_TIMEOUT (or `timeout`
+    when longer) from the process's start; after it, `timeout` seconds without a new line in
+    the group's file is a hang, in a check or not: each check begins, notes its samples and
+    ends with a line, and set-up work on the device is a step with a line of its own."""
+    if stop.signum is not None:
+        return Attempt(0, "interrupt")
     watch = _stream.Watch(out)
+    stack_path = out.with_name("stack")
     with err.open("ab") as err_fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=err_fh, start_new_session=True)
-        last_change = time.monotonic()
+        started = last_change = time.monotonic()
+        startup: float | None = None
         try:
             while True:
                 try:
-                    return proc.wait(timeout=POLL_SECONDS), ""
+                    return Attempt(proc.wait(timeout=POLL_SECONDS), "", startup)
                 except subprocess.TimeoutExpired:
                     pass
                 now = time.monotonic()
+                if stop.signum is not None:
+                    _stop(proc)
+                    return Attempt(proc.returncode, "interrupt", startup)
                 if watch.grew():
                     last_change = now
-                elif now - last_change > (timeout if watch.in_check else max(timeout, STARTUP_TIMEOUT)):
+                    if watch.ready and startup is None:
+                        startup = round(now - started, 2)
+                elif not watch.ready and now - started > max(timeout, STARTUP_TIMEOUT):
                     _stop(proc)
-                    return proc.returncode, "hang"
-        except KeyboardInterrupt:
+                    return Attempt(proc.returncode, "startup")
+                elif watch.ready and now - last_change > timeout:
+                    stack = _python_stack(proc, stack_path)
+                    _stop(proc)
+                    return Attempt(proc.returncode, "hang", startup, stack)
+        except KeyboardInterrupt:  # a SIGINT before StopRequest.install (tests call run_group)
             _stop(proc)
-            return proc.returncode, "interrupt"
+            return Attempt(proc.returncode, "interrupt", startup)
 
 
-def _hang_row(row: dict[str, Any], at: str, timeout: float) -> dict[str, Any]:
+def _hang_row(row: dict[str, Any], at: str, timeout: float, stack: str = "") -> dict[str, Any]:
     row = dict(row)
     row["status"] = "hang"
     row["at"] = at
@@ -399,86 +510,135 @@ def _hang_row(row: dict[str, Any], at: str, timeout: float) -> dict[str, Any]:
         f"no result within {timeout:g} s (--check-timeout)"
         + (f"; hung at {at}" if at else "")
         + "; the group's process was stopped and the group went on after this check"
+        + (f"; Python stack: {stack}" if stack else "")
     )
     return row
 
 
+def _where(name: str, row: dict[str, Any]) -> str:
+    """Where a check hung, for the later rows of its op: "group parity, argmax float32"."""
+    what = " ".join(str(x) for x in (_stream.row_name(row), row.get("dtype", ""), row.get("case", "")) if x)
+    return f"group {name}, {what}"
+
+
 def run_group(
-    name: str, argv: list[str], device: str, timeout: float = DEFAULT_CHECK_TIMEOUT
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    name: str, argv: list[str], device: str, timeout: float = DEFAULT_CHECK_TIMEOUT,
+    run: RunState | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """Run one group in a subprocess; its rows (as many as it finished) and a record of how
-    the process ended. A check past `timeout` becomes a `hang` row and the group starts again
-    after it (at most MAX_HANGS times); Ctrl-C gives the record status "interrupted"."""
+    the process ended. A check or set-up step silent past `timeout` becomes a hang (a row, or
+    the record's `setup_hangs`), is added to `run.hangs`, and the group starts again after it
+    (at most MAX_HANGS times); a hang between checks that names nothing ends the group. A
+    stop signal gives the record status "interrupted"."""
+    run = run or RunState()
     with tempfile.TemporaryDirectory(prefix=f"regress-{name}-") as tmp:
         out, err, skip = Path(tmp) / "group.jsonl", Path(tmp) / "stderr", Path(tmp) / "skip.json"
+        state = Path(tmp) / "hangs.json"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, "-m", "tests.regress", *argv, "--device", device,
-               "--worker", name, "--worker-out", str(out)]  # fmt: skip
+               "--worker", name, "--worker-out", str(out), "--run-hangs", str(state)]  # fmt: skip
         t0 = time.perf_counter()
         hangs: list[str] = []
+        setup_hangs: list[dict[str, str]] = []
+        startups: list[float] = []
+        between = ""
         while True:
-            returncode, stopped = _attempt(cmd, env, out, err, timeout)
+            if not run.plant_armed:
+                env.pop(_faults.HANG_ENV, None)  # the planted hang is spent (one per run)
+            state.write_text(json.dumps(run.hangs.as_dict()), encoding="utf-8")
+            att = _attempt(cmd, env, out, err, timeout, run.stop)
+            if att.startup_seconds is not None:
+                startups.append(att.startup_seconds)
             finished = _stream.read(out)
-            if stopped != "hang" or finished.in_flight is None or len(hangs) >= MAX_HANGS - 1:
+            if att.stopped != "hang":
                 break
-            # The check in flight hung: its row says so, and a new process of the group
-            # skips every check begun so far (the planted hang, a test tool, is spent).
-            section, row = finished.in_flight
-            hung = _hang_row(row, finished.at, timeout)
-            hangs.append(str(row.get("op", row.get("name", row.get("model")))))
-            with out.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"section": section, "row": hung}, default=str) + "\n")
-            print(f"regress: group {name}: {hung['op'] if 'op' in hung else hangs[-1]} "
-                  f"{hung.get('dtype', '')} {hung.get('case', '')}: hang: {hung['detail']}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            run.plant_armed = False
+            # What was running: a set-up step, a check (or both: a step inside a check).
+            if finished.step is not None:
+                note = (f"no output within {timeout:g} s (--check-timeout) in set-up step "
+                        f"'{finished.step}'; not run again in this run")  # fmt: skip
+                setup_hangs.append({"step": finished.step, "detail": note, "stack": _innermost(att.stack)})
+                run.hangs.steps[finished.step] = f"group {name}"
+            if finished.in_flight is not None:
+                section, row = finished.in_flight
+                hung = _hang_row(row, finished.at, timeout, _innermost(att.stack))
+                hangs.append(_stream.row_name(row))
+                run.hangs.ops.setdefault(_stream.op_key(_stream.row_name(row)), _where(name, row))
+                with out.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"section": section, "row": hung}, default=str) + "\n")
+                print(f"regress: group {name}: {hangs[-1]} {hung.get('dtype', '')} "
+                      f"{hung.get('case', '')}: hang: {hung['detail']}", file=sys.stderr, flush=True)  # fmt: skip
+            elif finished.step is None:
+                # Nothing named: the Python stack says where. Started again, the group would
+                # run the same code again; it ends here instead (one timeout).
+                inner = _innermost(att.stack)
+                between = (f"no output within {timeout:g} s (--check-timeout) between checks"
+                           + (f", after {finished.last_row}" if finished.last_row else ", before any check")
+                           + (f"; Python stack: {inner}" if inner else ""))  # fmt: skip
+                break
+            else:
+                print(f"regress: group {name}: hang: {setup_hangs[-1]['detail']}", file=sys.stderr, flush=True)
+            if len(hangs) + len(setup_hangs) >= MAX_HANGS:
+                break
+            # A new process of the group skips every check begun so far.
             skip.write_text(json.dumps(finished.begun), encoding="utf-8")
-            env.pop(_faults.HANG_ENV, None)
             if "--skip-checks" not in cmd:
                 cmd += ["--skip-checks", str(skip)]
+        finished = _stream.read(out)  # with the hang rows written above
         seconds = time.perf_counter() - t0
         stderr = err.read_text(encoding="utf-8", errors="replace") if err.exists() else ""
     if stderr:
         sys.stderr.write(stderr)
+    named = [f"check {h}" for h in hangs] + [f"set-up step '{h['step']}'" for h in setup_hangs]
     record: dict[str, Any] = {
-        "status": "hang" if hangs else "ok",
-        "returncode": returncode,
+        "status": "hang" if named else "ok",
+        "returncode": att.returncode,
         "seconds": round(seconds, 2),
-        "detail": f"{len(hangs)} check(s) hung and were stopped: {', '.join(hangs)}" if hangs else "",
+        "startup_seconds": startups,
+        "detail": f"{len(named)} hang(s), each stopped and not run again: {', '.join(named)}" if named else "",
         "hangs": hangs,
+        "setup_hangs": setup_hangs,
         "rows_kept": finished.rows,
         "stderr_tail": _tail(stderr),
     }
     how = ""
-    if stopped == "interrupt":
-        how = "interrupted (Ctrl-C)"
+    if att.stopped == "interrupt":
+        how = f"interrupted ({run.stop.name or 'SIGINT'})"
         record["status"] = "interrupted"
-    elif stopped == "hang":
-        how = (f"no result for {timeout:g} s (--check-timeout)"
-               + (f" after {len(hangs)} hung check(s): the GPU may be wedged" if hangs else
-                  " outside any check"))  # fmt: skip
-    elif returncode < 0:
+    elif att.stopped == "startup":
+        how = (f"start-up (importing, loading, the first device contact) did not end within "
+               f"{max(timeout, STARTUP_TIMEOUT):g} s: the device did not answer")  # fmt: skip
+        record["status"] = "hang"
+        record["startup_hang"] = how
+        run.startup_hung = name
+        run.plant_armed = False
+    elif att.stopped == "hang" and between:
+        how = between
+        record["status"] = "hang"
+        record["between_checks"] = between
+    elif att.stopped == "hang":
+        how = f"no result for {timeout:g} s (--check-timeout) after {len(named)} hang(s): the GPU may be wedged"
+    elif att.returncode < 0:
         try:
-            sig = signal.Signals(-returncode).name
+            sig = signal.Signals(-att.returncode).name
         except ValueError:
-            sig = f"signal {-returncode}"
+            sig = f"signal {-att.returncode}"
         how = f"the group's process ended by {sig}"
-    elif returncode != 0 or not finished.done:
+    elif att.returncode != 0 or not finished.done:
         crash = finished.meta.get("crash")
-        how = f"the group's process exited {returncode}" + (f" ({crash})" if crash else "")
+        how = f"the group's process exited {att.returncode}" + (f" ({crash})" if crash else "")
+    if att.stack:
+        record["stack"] = _tail(att.stack, 3000)
     if how:
-        if record["status"] != "interrupted":
+        if record["status"] not in ("interrupted", "hang"):
             record["status"] = "error"
         kept = f"{finished.rows} finished row(s) kept"
         if finished.in_flight is not None:
             section, row = finished.in_flight
-            bad = (_hang_row(row, finished.at, timeout) if stopped == "hang"
-                   else _in_flight_row(section, row, how))  # fmt: skip
-            if stopped == "hang":
-                hangs.append(str(row.get("op", row.get("name", row.get("model")))))
-                record["hangs"] = hangs
+            bad = _in_flight_row(section, row, how)
             finished.sections.setdefault(section, []).append(bad)
-            kept += f"; the check in progress ({row.get('op', row.get('name', row.get('model')))}) is {'a hang' if stopped == 'hang' else 'an error'} row"
+            kept += f"; the check in progress ({_stream.row_name(row)}) is an error row"
         record["detail"] = "; ".join(
             x for x in (record["detail"], f"{how}; {kept}; the checks not yet started are lost") if x
         )
@@ -504,13 +664,32 @@ def _end_with_parent() -> None:
     threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
 
 
+def _startup(name: str, args: argparse.Namespace, device: str) -> None:
+    """What a group needs before its first check, under the start-up deadline: its tables
+    (OpInfo's database, torchvision) and the first device contact."""
+    if name == "parity":
+        t0 = time.perf_counter()
+        _parity.import_op_db()
+        print(f"regress: OpInfo database loaded in {time.perf_counter() - t0:.1f}s", flush=True)
+        if not args.no_vision:
+            _vision.skip_reason()  # imports torchvision when it is there
+    first_contact(device)
+
+
 def _worker(args: argparse.Namespace, device: str) -> int:
+    t0 = time.perf_counter()
     _end_with_parent()
     _configure_precision(device)
     assert args.worker_out is not None
+    # On a hang the parent asks for the Python stack (SIGUSR1) before it ends the process.
+    stack_fh = args.worker_out.with_name("stack").open("w", encoding="utf-8")
+    faulthandler.register(signal.SIGUSR1, file=stack_fh, all_threads=True)
     skip = frozenset(json.loads(args.skip_checks.read_text(encoding="utf-8"))) if args.skip_checks else frozenset()
-    stream = _stream.RowStream(args.worker_out, args.worker, skip)
+    stream = _stream.RowStream(args.worker_out, args.worker, skip, _stream.RunHangs.load(args.run_hangs))
+    _stream.ACTIVE = stream
     try:
+        _startup(args.worker, args, device)
+        stream.ready(time.perf_counter() - t0)
         _run_group_here(args.worker, args, device, stream)
     except Exception as exc:  # noqa: BLE001  # the rows already written stay; say what broke
         import traceback
@@ -568,6 +747,31 @@ def _planted_hang(
     return record, [r for r in rows if r not in hung]
 
 
+def _hangs_outside_checks(groups: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row for each hang that no check's row holds: in a set-up step, between checks, in
+    start-up."""
+    rows = [
+        {"op": f"set-up: {h['step']}", "check": "set-up", "dtype": "-", "status": "hang",
+         "group": name, "detail": h["detail"] + (f"; Python stack: {h['stack']}" if h.get("stack") else "")}
+        for name, g in groups.items()
+        for h in g.get("setup_hangs", [])
+    ]  # fmt: skip
+    for name, g in groups.items():
+        if g.get("between_checks") or g.get("startup_hang"):
+            where = "between checks" if g.get("between_checks") else "start-up"
+            rows.append({"op": f"group {name}", "check": where, "dtype": "-", "status": "hang",
+                         "group": name, "detail": g["detail"]})  # fmt: skip
+    return rows
+
+
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all: a second stop signal while the report is written (it ends the
+    suite at once) leaves the earlier file, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _count(rows: list[dict[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in rows:
@@ -589,6 +793,9 @@ def ops_summary(results: list[dict[str, Any]]) -> tuple[int, list[str], list[str
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    run = RunState()
+    if not args.worker:  # a group's process is stopped by its parent, with SIGKILL
+        run.stop.install()
     raw_argv = list(sys.argv[1:] if argv is None else argv)
     device = resolve_device(args.device, "regress")
     reason = unavailable_reason(device)
@@ -634,19 +841,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     payloads: dict[str, dict[str, Any]] = {}
     groups: dict[str, dict[str, Any]] = {}
-    interrupted = False
     for name in GROUPS:
-        if interrupted:
-            groups[name] = {"status": "skipped", "detail": "not run: the run was interrupted (Ctrl-C)"}
+        if run.stop.signum is not None:
+            groups[name] = {"status": "skipped", "detail": f"not run: the run was interrupted ({run.stop.name})"}
+        elif run.startup_hung is not None and wanted[name]:
+            groups[name] = {"status": "skipped", "detail": f"not run: the start-up of group "
+                            f"{run.startup_hung} hung earlier in this run (the device did not answer)"}  # fmt: skip
         elif name == "kernels" and wanted[name] and _kernels.skip_reason(device) is not None:
             # One skip row needs no process of its own (that would cost a start-up of torch).
             payloads[name] = {"kernels": [_kernels.skip_row(str(_kernels.skip_reason(device)))], "meta": {}}
             groups[name] = {"status": "ok", "detail": "", "seconds": 0.0, "rows_kept": 1}
         elif wanted[name]:
-            payloads[name], groups[name] = run_group(name, raw_argv, device, args.check_timeout)
-            interrupted = groups[name]["status"] == "interrupted"
+            payloads[name], groups[name] = run_group(name, raw_argv, device, args.check_timeout, run)
         else:
             groups[name] = {"status": "skipped", "detail": "not run (option or host)"}
+    interrupted = run.stop.signum is not None
 
     def section(name: str) -> list[dict[str, Any]]:
         return payloads.get(name, {}).get(SECTIONS[name], [])
@@ -702,6 +911,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, g in groups.items()
         if g["status"] == "error"
     ]
+    unexpected += _hangs_outside_checks(groups)
     xpass = [r for r in results + reports if r["status"] == "xpass"]
     self_test, unexpected = _self_test(faults, unexpected)
     self_test, unexpected = _planted_hang(_faults.hang_from_env(), self_test, unexpected)
@@ -719,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
             if _faults.FAULTS[k].opinfo
         }  # fmt: skip
     if interrupted:
-        exit_code = EXIT_INTERRUPTED
+        exit_code = EXIT_INTERRUPTED + int(run.stop.signum or signal.SIGINT)
     elif self_test is not None and not self_test["caught"]:
         exit_code = EXIT_FAULT_MISSED  # a planted fault that goes unreported: the suite is broken
     else:
@@ -798,12 +1008,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     json_path = args.out / "regress.json"
     md_path = args.out / "regress.md"
-    json_path.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
-    md_path.write_text(_report.markdown(report, unexpected, xpass), encoding="utf-8")
+    _write(json_path, json.dumps(report, indent=1, default=str) + "\n")
+    _write(md_path, _report.markdown(report, unexpected, xpass))
     compat = _compat.build(report)
     compat_path, compat_md = args.out / "compat.json", args.out / "compat.md"
-    compat_path.write_text(json.dumps(compat, indent=1) + "\n", encoding="utf-8")
-    compat_md.write_text(_compat.markdown(compat), encoding="utf-8")
+    _write(compat_path, json.dumps(compat, indent=1) + "\n")
+    _write(compat_md, _compat.markdown(compat))
     print(_report.console_summary(report, unexpected, xpass))
     print(f"regress: wrote {json_path}, {md_path}, {compat_path} and {compat_md}; exit {exit_code}")
     return exit_code

@@ -21,7 +21,7 @@ from typing import Any
 FORMAT = "intelmac-torch-compat/1"
 SCHEMA_FILE = Path(__file__).with_name("compat.schema.json")
 # Worst first: the status of an (op, dtype) is the worst of its rows.
-ORDER = ("hang", "error", "fail", "unsupported", "fallback", "pass", "skip")
+ORDER = ("hang", "gpu-error", "error", "fail", "unsupported", "fallback", "pass", "skip")
 MESSAGE_LIMIT = 240
 _HOME = re.compile(r"(/Users|/home|/var/folders|/private/var/folders|C:\\Users)[/\\][^/\\\s'\"]+")
 
@@ -119,6 +119,13 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     for name, g in report.get("groups", {}).items():
         if g.get("status") == "error":
             out.append(("group", f"group {name}", "-", "group", "error", g.get("detail", "")))
+        # Hangs that no check's row holds (__main__.run_group): in set-up, between checks,
+        # in start-up.
+        for h in g.get("setup_hangs", []):
+            out.append(("group", f"set-up: {h['step']}", "-", "set-up", "hang", h.get("detail", "")))
+        if g.get("between_checks") or g.get("startup_hang"):
+            where = "between checks" if g.get("between_checks") else "start-up"
+            out.append(("group", f"group {name}", "-", where, "hang", g.get("detail", "")))
     return out
 
 
@@ -138,7 +145,7 @@ def build(report: dict[str, Any]) -> dict[str, Any]:
         status = status if status in ORDER else "error"
         if ORDER.index(status) < ORDER.index(entry["status"]):
             entry["status"] = status
-        if status in ("hang", "error", "fail", "unsupported"):
+        if status in ("hang", "gpu-error", "error", "fail", "unsupported"):
             if check not in entry["failed_checks"]:
                 entry["failed_checks"].append(check)
             if entry["message"] is None:
@@ -168,6 +175,7 @@ def build(report: dict[str, Any]) -> dict[str, Any]:
 # What compat.json says of a workload (tests/regress/_workloads.py), by its row's status.
 VERDICTS = {
     "pass": "works", "fail": "gives wrong results", "error": "does not run", "hang": "hangs",
+    "gpu-error": "fails with a GPU error",
     "unsupported": "not checked (dtype unsupported)", "skip": "not checked", "fallback": "works (CPU fallback)",
 }  # fmt: skip
 
@@ -237,7 +245,7 @@ def markdown(compat: dict[str, Any], limit: int = 12) -> str:
         )
     if compat.get("workloads"):
         lines += ["", "Workloads:"] + [f"- {w['sentence']}" for w in compat["workloads"]]
-    bad = [e for e in compat["ops"] if e["status"] in ("hang", "error", "fail")]
+    bad = [e for e in compat["ops"] if e["status"] in ("hang", "gpu-error", "error", "fail")]
     lines += ["", f"Counted per op and dtype. Failing or erroring: {len(bad)}."]
     for e in bad[:limit]:
         lines.append(f"- `{e['group']}` {e['op']} {e['dtype']}: **{e['status']}**: {e['message']}")

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..bench import _shared
+from . import _stream
 
 DEVICE_TYPES = ("mps", "cuda", "xpu", "cpu")
 
@@ -240,7 +241,13 @@ def describe(device: str) -> DeviceInfo:
 def dtype_supported(device: str, dtype: torch.dtype) -> tuple[bool, str]:
     """Probe whether `device` can allocate and compute in `dtype` (bfloat16 on an Intel or AMD
     GPU is the case in point: docs/known-gpu-bugs.md). A probe beats a version table: the
-    answer depends on the GPU, the macOS release and the torch line together."""
+    answer depends on the GPU, the macOS release and the torch line together.
+
+    In a group's process the probe is a set-up step (`_stream.step`): a probe that hung
+    earlier in this run is not run again, and the dtype counts as unusable."""
+    hung = _stream.step(f"dtype probe {str(dtype).removeprefix('torch.')}")
+    if hung is not None:
+        return False, f"{_stream.NOT_RUN} ({hung})"
     try:
         if not dtype.is_floating_point:
             # Integers and bool: no matmul on every backend (CUDA has none); a sum must do.
@@ -260,6 +267,14 @@ def dtype_supported(device: str, dtype: torch.dtype) -> tuple[bool, str]:
         return True, ""
     except (RuntimeError, TypeError, NotImplementedError) as exc:
         return False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def first_contact(device: str) -> None:
+    """The first work on the device, the end of a group's start-up: the device comes up
+    (on MPS: the Metal device, its queue and the first kernel), a copy each way, a wait."""
+    x = torch.ones(8, device=device)
+    (x + x).to("cpu")
+    synchronize(device)
 
 
 def torch_info() -> dict[str, Any]:

@@ -39,11 +39,13 @@ Two stand for the classes of issue 25, installed the same way:
 Each fault is reported in the JSON like a planted fault (self_test), with the rows that
 must catch it.
 
-INTELMAC_REGRESS_PLANT_HANG=<op> plants a hang instead of a wrong value: in every group's
-process, the first call of the aten op <op> (e.g. ``argmax``, ``multinomial``) on the device
-under test never returns, as a kernel that deadlocks the GPU. The parent must stop the group
-after --check-timeout, report that check as a ``hang`` row and go on (__main__.run_group);
-the group's process started again after the hang runs without it.
+INTELMAC_REGRESS_PLANT_HANG=<op> plants one hang instead of a wrong value: after a group's
+start-up, the first call of the aten op <op> (e.g. ``argmax``, ``sum``) on the device under
+test never returns, as a kernel that deadlocks the GPU, wherever the call falls: in a check,
+in the group's set-up (a dtype probe), in the suite's own comparisons. The parent must stop
+the group after --check-timeout, name what hung, not run it again, and go on
+(__main__.run_group). One hang per run: once a hang was seen, no later process of the run
+gets the plant.
 """
 
 from __future__ import annotations
@@ -325,8 +327,9 @@ def _hang_mode(device: str, op: str) -> Any:
                 )
             ):
                 self.spent = True
-                print(f"regress: planted hang: {func} never returns ({HANG_ENV})",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                for out in (sys.stdout, sys.stderr):  # the log, and the group's stderr tail
+                    print(f"regress: planted hang: {func} never returns ({HANG_ENV})",
+                          file=out, flush=True)  # fmt: skip
                 threading.Event().wait()  # until the parent stops this process
             return func(*args, **kwargs)
 

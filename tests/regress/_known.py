@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 KNOWN_FILE = Path(__file__).with_name("known_failures.yaml")
-FAILING = ("fail", "error", "unsupported", "hang")
+FAILING = ("fail", "error", "unsupported", "hang", "gpu-error")
 
 
 @dataclass(frozen=True)

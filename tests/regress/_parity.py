@@ -32,12 +32,23 @@ DTYPE_NAMES = {
 FLOATING = ("float32", "float16", "bfloat16")
 INTEGRAL = ("int32", "int64", "uint8", "bool")
 
-# Status of one (op, dtype, check) result. "fail" and "error" are unexpected failures unless
-# the known-failures file lists them.
-STATUS_ORDER = ("error", "fail", "unsupported", "fallback", "pass", "skip")
+# Status of one (op, dtype, check) result. "gpu-error", "fail" and "error" are unexpected
+# failures unless the known-failures file lists them.
+STATUS_ORDER = ("gpu-error", "error", "fail", "unsupported", "fallback", "pass", "skip")
 
 # The message MPS gives (with PYTORCH_ENABLE_MPS_FALLBACK=1) when an op runs on the CPU instead.
 _FALLBACK_WARNING = re.compile(r"fall back to run on the CPU", re.IGNORECASE)
+# Errors the device itself reports, raised as Python errors at the next sync point: the GPU
+# failed a command buffer (a fault, a timeout, memory), not the op's argument checks. The
+# texts are the lines' own: "MPS command buffer execution failed: <Metal's description>" in
+# 2.15.0's libtorch_cpu (MPSStream's checkLastError; 2.6.0 .. 2.14.1 raise nothing: Metal only
+# logs the failure), "CUDA error: ..." / "HIP error: ..." (c10's CUDA checks, raised as
+# torch.AcceleratorError from 2.8), and MPSGraph's "command buffer exited with error status".
+_GPU_ERROR_MESSAGE = re.compile(
+    r"MPS command buffer execution failed|command buffer exited with error status|"
+    r"^(CUDA|HIP) error: |MTLCommandBufferErrorDomain",
+    re.MULTILINE,
+)
 # Messages that mean "this device/dtype has no kernel", as opposed to a crash in a kernel.
 _UNSUPPORTED_MESSAGE = re.compile(
     r"not implemented for|not currently implemented|not supported|doesn't support|"
@@ -309,6 +320,15 @@ def index_checker(op_name: str, sample: Any) -> IndexCheck | None:
 
 
 MEMORY_PREFIX = "memory."
+# What 2.15.0 raises when Metal reports a failed command buffer (its libtorch_cpu's text around
+# Metal's own description of a GPU timeout), for the planted fault "gpu-error".
+GPU_ERROR_TEXT = (
+    "MPS command buffer execution failed: Execution of the command buffer was aborted due to "
+    "an error during execution. Caused GPU Timeout Error "
+    "(00000002:kIOGPUCommandBufferCallbackErrorTimeout) (planted fault in {op}: "
+    "INTELMAC_REGRESS_PLANT_FAULT). This error may have been asynchronously reported, so the "
+    "stack trace below might be incorrect."
+)
 
 
 @dataclass(frozen=True)
@@ -319,7 +339,9 @@ class PlantedFault:
     first element of every non-empty floating output; with either, integer and bool outputs
     have their first element off by one (inverted); "raise" makes the op raise, and
     "raise-backward" makes its backward raise (a kernel the GPU lacks): the row must become an
-    `error` with the message, and no other row may be lost. An `op` that starts with "memory."
+    `error` with the message, and no other row may be lost; "gpu-error" makes the op raise the
+    error a failed command buffer raises on MPS (GPU_ERROR_TEXT): the row must become a
+    `gpu-error` with the message, and the group must go on. An `op` that starts with "memory."
     names a prefix of the memory group's checks (tests/regress/_memory.py), whose device
     result then has its last element off by one (a stale element, as a short copy leaves it).
     """
@@ -341,6 +363,8 @@ class PlantedFault:
             return out  # planted in a kernel (tests/regress/_faults.py): nothing to add here
         if self.mode == "raise":
             raise RuntimeError(f"planted fault: {self.op} raised (INTELMAC_REGRESS_PLANT_FAULT)")
+        if self.mode == "gpu-error":
+            raise RuntimeError(GPU_ERROR_TEXT.format(op=self.op))
         if self.mode == "raise-backward":
             return _map_tensors(out, lambda t: _RaisingBackward.apply(t, self.op) if t.requires_grad else t)
         gen = torch.Generator().manual_seed(seed)
@@ -396,7 +420,7 @@ class _RaisingBackward(torch.autograd.Function):
 
 
 def parse_faults(raw: str) -> list[PlantedFault]:
-    """`<op>[:<relative>|:nan|:raise|:raise-backward]`, comma-separated: e.g.
+    """`<op>[:<relative>|:nan|:raise|:raise-backward|:gpu-error]`, comma-separated: e.g.
     "mm:nan,memory.copy_h2d_offset,torchvision.ops.roi_align:raise-backward"."""
     faults = []
     for item in raw.split(","):
@@ -405,7 +429,7 @@ def parse_faults(raw: str) -> list[PlantedFault]:
             continue
         op, _, arg = item.partition(":")
         op = op or "add"
-        if arg in ("nan", "raise", "raise-backward"):
+        if arg in ("nan", "raise", "raise-backward", "gpu-error"):
             faults.append(PlantedFault(op, 0.0, arg))
             continue
         try:
@@ -413,7 +437,7 @@ def parse_faults(raw: str) -> list[PlantedFault]:
         except ValueError:
             raise ValueError(
                 f"INTELMAC_REGRESS_PLANT_FAULT: {item!r}: after ':' give a relative error "
-                "(e.g. mm:0.05), 'nan', 'raise' or 'raise-backward'"
+                "(e.g. mm:0.05), 'nan', 'raise', 'raise-backward' or 'gpu-error'"
             ) from None
         faults.append(PlantedFault(op, rel))
     return faults
@@ -449,6 +473,9 @@ def _sample_ok(op_name: str, sample: Any) -> bool:
 
 
 def _classify(exc: BaseException) -> str:
+    accelerator = getattr(torch, "AcceleratorError", None)  # 2.8 and later
+    if (accelerator is not None and isinstance(exc, accelerator)) or _GPU_ERROR_MESSAGE.search(str(exc)):
+        return "gpu-error"
     if isinstance(exc, NotImplementedError):
         return "unsupported"
     if isinstance(exc, (RuntimeError, TypeError, ValueError)) and _UNSUPPORTED_MESSAGE.search(

@@ -8,6 +8,7 @@ _SYMBOL = {
     "pass": "ok",
     "fail": "FAIL",
     "error": "ERROR",
+    "gpu-error": "GPU-ERROR",
     "unsupported": "unsupported",
     "fallback": "fallback",
     "xfail": "xfail",

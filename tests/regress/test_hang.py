@@ -1,6 +1,6 @@
 """Hang safety (issue 25): a check that never returns is a `hang` row naming its op, dtype and
 input; the group's finished rows, its later checks and every other group survive; the run
-ends by itself, and Ctrl-C still writes the report of what finished."""
+ends by itself. Ctrl-C, SIGTERM and SIGHUP: tests/regress/test_stops.py."""
 
 from __future__ import annotations
 
@@ -22,8 +22,11 @@ from tests.regress.test_cpu_subset import ROOT, run_suite  # noqa: E402
 
 NARROW = (
     "--quick", "--ops", "argmax", "sum", "add", "--shapes-ops", "argmax", "sum",
-    "--no-memory", "--no-training", "--no-workloads", "--no-patched", "--dtypes", "float32",
+    "--no-reports", "--no-sampling", "--no-memory", "--no-training", "--no-workloads",
+    "--no-patched", "--dtypes", "float32",
 )  # fmt: skip
+# The reports and sampling groups are left out: some of their checks take longer than the
+# 8 s deadline below on a loaded 2-core runner, and would be hangs of their own.
 
 
 @pytest.mark.slow
@@ -43,18 +46,16 @@ def test_a_planted_hang_is_a_row_and_the_run_goes_on(tmp_path: Path) -> None:
     assert by_op[("add", "forward")]["status"] == "pass"
     assert report["groups"]["parity"]["status"] == "hang"
     assert report["groups"]["parity"]["hangs"] == ["argmax"]
-    # Shapes, a group of its own process: its first argmax hangs too, with its shape named.
+    # Shapes, a group of its own process: argmax hung earlier in the run, so its argmax rows
+    # are not run (issue 34: a hang costs one timeout); the other ops' rows pass.
     shapes = report["shapes"]
-    hung_shapes = [r for r in shapes if r["status"] == "hang"]
-    assert [(r["op"], r["dtype"]) for r in hung_shapes] == [("shapes.argmax", "float32")], hung_shapes
-    assert hung_shapes[0]["case"] == "last dim, 4 x 31"
-    assert {r["status"] for r in shapes if r is not hung_shapes[0]} == {"pass"}
-    assert any(r["op"] == "shapes.argmax" and r["status"] == "pass" for r in shapes)
+    argmax = [r for r in shapes if r["op"] == "shapes.argmax"]
+    assert argmax and {r["status"] for r in argmax} == {"skip"}, argmax
+    assert all(r["detail"].startswith("not run: hung earlier in this run") for r in argmax)
+    assert {r["status"] for r in shapes if r["op"] == "shapes.sum"} == {"pass"}
     compat = json.loads((tmp_path / "compat.json").read_text())
     _compat.validate(compat)
-    assert {(e["group"], e["op"]) for e in compat["ops"] if e["status"] == "hang"} == {
-        ("parity", "argmax"), ("shapes", "shapes.argmax"),
-    }  # fmt: skip
+    assert {(e["group"], e["op"]) for e in compat["ops"] if e["status"] == "hang"} == {("parity", "argmax")}
     assert "hang" in (tmp_path / "compat.md").read_text()
 
     # Without the plant nothing hangs; with a plant that never fires the self-test says so.
@@ -64,33 +65,6 @@ def test_a_planted_hang_is_a_row_and_the_run_goes_on(tmp_path: Path) -> None:
         env={"INTELMAC_REGRESS_PLANT_HANG": "argmax"},
     )  # fmt: skip
     assert code == 3 and report["self_test"]["missed"] == ["hang:argmax"], log
-
-
-@pytest.mark.slow
-def test_ctrl_c_writes_the_report_of_what_finished(tmp_path: Path) -> None:
-    env = dict(os.environ, INTELMAC_REGRESS_PLANT_HANG="argmax")
-    env.pop("INTELMAC_REGRESS_PLANT_FAULT", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(tmp_path),
-         *NARROW, "--ops", "add", "sum", "argmax", "--check-timeout", "600"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if "OpInfo database loaded" in line:
-            break
-    time.sleep(10)  # add and sum finish; argmax hangs (a 600 s deadline: only Ctrl-C ends it)
-    proc.send_signal(signal.SIGINT)
-    rest = proc.stdout.read()
-    assert proc.wait(timeout=120) == 130, rest
-    report = json.loads((tmp_path / "regress.json").read_text())
-    assert report["groups"]["parity"]["status"] == "interrupted"
-    assert report["groups"]["shapes"]["status"] == "skipped"
-    assert "interrupted" in report["groups"]["shapes"]["detail"]
-    by_op = {r["op"]: r for r in report["results"] if r["check"] == "forward"}
-    assert by_op["add"]["status"] == "pass" and by_op["sum"]["status"] == "pass", by_op
-    assert by_op["argmax"]["status"] == "error" and "interrupted (Ctrl-C)" in by_op["argmax"]["detail"]
-    assert (tmp_path / "compat.json").exists() and (tmp_path / "regress.md").exists()
 
 
 def test_a_group_started_again_skips_the_checks_begun(tmp_path: Path) -> None:
