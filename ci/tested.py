@@ -73,11 +73,12 @@ def select(built: Mapping[str, str], tested: Iterable[tuple[str, str]]) -> Selec
 
 
 def changed_message(changed: Sequence[str]) -> str:
-    return (f"{', '.join(changed)}: the bytes tested are not the bytes the build job made, so "
-            "something in a test job changed the wheel after it was built. Nothing is signed. "
-            "Read that test job's log (which packages it installed) before anything else; a "
-            "new run of the tag (Use workflow from → Tags) rebuilds and retests what the "
-            "draft lacks.")
+    return (f"{', '.join(changed)}: the bytes tested are not the bytes the build job made: "
+            "something in a test job changed the wheel, or its build job ran again after the "
+            "test passed and the new test failed. Nothing is signed. Read the test jobs' logs "
+            "(which packages they installed) first; then 'Re-run failed jobs' tests the wheel "
+            "as built again, or a new run of the tag (Use workflow from → Tags) rebuilds and "
+            "retests what the draft lacks.")
 
 
 def _cmd_select(verdicts: Path, folder: Path) -> int:
