@@ -11,8 +11,8 @@ it with the same sha256:
     python3 ci/tested.py select --verdicts verdicts dist                             # attest
 
 ``select`` removes from ``dist`` each wheel no verdict names (its test failed or did not
-run), and fails, removing nothing, when a verdict names a wheel with other bytes than its
-build job made: something changed the wheel after it was built. Standard library only, so
+run), and fails, removing nothing, when verdicts name a wheel only with other bytes than
+its build job made: something changed the wheel after it was built. Standard library only, so
 that the signing job runs it without installing anything.
 """
 
@@ -65,10 +65,13 @@ def select(built: Mapping[str, str], tested: Iterable[tuple[str, str]]) -> Selec
     seen: dict[str, set[str]] = {}
     for name, digest in tested:
         seen.setdefault(name, set()).add(digest)
-    keep = tuple(name for name in sorted(built) if seen.get(name) == {built[name]})
+    # A verdict naming other bytes beside one that names the built bytes is an earlier
+    # attempt's: a re-run rebuilt the wheel (a py3-none torchvision, rebuilt with a failed
+    # Python) and a test passed the new bytes. Those bytes are what is signed.
+    keep = tuple(name for name in sorted(built) if built[name] in seen.get(name, ()))
     untested = tuple(name for name in sorted(built) if name not in seen)
     changed = tuple(name for name in sorted(built)
-                    if name in seen and seen[name] != {built[name]})
+                    if name in seen and built[name] not in seen[name])
     return Selection(keep, untested, changed)
 
 
