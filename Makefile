@@ -16,7 +16,7 @@ SOURCE  ?=
 SHA256  ?=
 # Non-empty: build torch alone, without the line's torchvision companion.
 TORCH_ONLY ?=
-# OpenMP to build with and bundle (--libomp) instead of the pinned llvm-openmp the build fetches.
+# OpenMP to build with and bundle (--libomp) instead of the pinned llvm-openmp (LLVM libomp, cmeel-libomp wheel) the build fetches.
 LIBOMP  ?=
 BUILD_ARGS ?=
 

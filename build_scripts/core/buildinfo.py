@@ -69,7 +69,7 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _record_hash(data: bytes) -> str:
+def record_hash(data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"sha256={digest}"
 
@@ -113,8 +113,8 @@ def embed(
         rows = [row for row in rows if row and row[0] not in (ours, record_name)]
         added = {name: data for name, data in (missing or {}).items() if name not in names}
         for name, data in sorted(added.items()):
-            rows.append([name, _record_hash(data), str(len(data))])
-        rows.append([ours, _record_hash(payload), str(len(payload))])
+            rows.append([name, record_hash(data), str(len(data))])
+        rows.append([ours, record_hash(payload), str(len(payload))])
         rows.append([record_name, "", ""])
         record = io.StringIO()
         csv.writer(record, lineterminator="\n").writerows(rows)

@@ -8,7 +8,11 @@ comes from one pinned file instead: ``patches/toolchain/native.yaml`` names its 
 sha256 and where that sha256 was read, and this module downloads, checks and unpacks it.
 
 Accepted files: conda packages (``.conda``: a zip holding ``pkg-*.tar.zst``; ``.tar.bz2``)
-and plain ``.tar.gz``/``.tar.bz2``/``.tar.xz``/``.tgz`` archives. A package unpacks into
+and plain ``.tar.gz``/``.tar.bz2``/``.tar.xz``/``.tgz`` archives at a ``url``; or a ``wheel``
+that pip downloads from the index the user's pip is configured with (``pip download
+--require-hashes``, so pip's index settings, proxies and certificates apply and no host is
+named here), whose ``cmeel.prefix/`` folder (cmeel's wheels of CMake projects: an install
+tree) becomes the prefix. A package unpacks into
 ``<cache>/<name>-<version>-<sha256[:12]>/`` (with ``lib/``, ``include/``, ``bin/`` as the
 archive has them), renamed into place only when complete, under a lock, so an interrupted
 or concurrent fetch never leaves a half-unpacked prefix behind.
@@ -20,16 +24,19 @@ import argparse
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import jsonschema
 import yaml
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from . import _fsutil
 from ._download import _part_paths, check_member, download
@@ -43,6 +50,8 @@ from .options import FetchSettings
 DEFAULT_FILE = DEFAULT_CATALOG.parent / "toolchain" / "native.yaml"
 
 _ARCHIVE_SUFFIXES = (".conda", ".tar.bz2", ".tar.gz", ".tgz", ".tar.xz")
+#: The folder of a cmeel wheel that holds the CMake install tree (lib/, include/, ...).
+WHEEL_PREFIX = "cmeel.prefix"
 
 
 @dataclass(frozen=True)
@@ -51,15 +60,34 @@ class NativePackage:
 
     name: str
     version: str
-    url: str
     sha256: str
     sha256_origin: str
     min_macos: str
     why: str
+    url: str | None = None
+    wheel: str | None = None  # a wheel's file name, fetched by pip from its configured index
+    links: dict[str, str] | None = None  # wheel paths that are copies: made links to a sibling
+    omit: tuple[str, ...] = ()  # wheel paths left out of the prefix
 
     @property
     def filename(self) -> str:
+        if self.wheel is not None:
+            return self.wheel
+        assert self.url is not None
         return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def source(self) -> str:
+        """Where the file comes from, in words: its URL, or the requirement pip resolves."""
+        if self.wheel is None:
+            return str(self.url)
+        return f"{self.requirement()} ({self.wheel}) from pip's configured package index"
+
+    def requirement(self) -> str:
+        """The wheel's ``project==version`` (a wheel package only)."""
+        assert self.wheel is not None
+        project, version, _, _ = parse_wheel_filename(self.wheel)
+        return f"{project}=={version}"
 
     def prefix_name(self) -> str:
         return f"{self.name}-{self.version}-{self.sha256[:12]}"
@@ -78,17 +106,51 @@ def load(path: Path | None = None) -> dict[str, NativePackage]:
         jsonschema.validate(document, load_schema("native.schema.json"))
     except jsonschema.ValidationError as exc:
         field = ".".join(str(part) for part in exc.absolute_path) or "(top level)"
-        raise CatalogError(f"{path}: field '{field}': {exc.message}") from None
+        message = exc.message
+        if exc.validator == "oneOf":  # the one schema message that names no field
+            message = (
+                "give either 'url' (a file downloaded as is) or 'wheel' (a wheel pip fetches "
+                "from its configured index), not both; 'links' and 'omit' go with 'wheel' only"
+            )
+        raise CatalogError(f"{path}: field '{field}': {message}") from None
     packages = {}
     for name, raw in (document.get("packages") or {}).items():
-        package = NativePackage(name=name, **raw)
-        if not package.filename.endswith(_ARCHIVE_SUFFIXES):
+        package = NativePackage(name=name, **{**raw, "omit": tuple(raw.get("omit", ()))})
+        if package.wheel is not None:
+            _check_wheel_pin(path, package)
+        elif not package.filename.endswith(_ARCHIVE_SUFFIXES):
             raise CatalogError(
                 f"{path}: package '{name}': {package.filename} is not an archive this tool "
-                f"unpacks (one of {', '.join(_ARCHIVE_SUFFIXES)})."
+                f"unpacks (one of {', '.join(_ARCHIVE_SUFFIXES)}, or a wheel: field 'wheel')."
             )
         packages[name] = package
     return packages
+
+
+def _check_wheel_pin(path: Path, package: NativePackage) -> None:
+    """A wheel pin names one file of its own version, for one platform.
+
+    pip is asked for ``project==version`` on the wheel's platform; the sha256 makes it that
+    one file, so the pin must not describe another one.
+    """
+    assert package.wheel is not None
+    where = f"{path}: package '{package.name}': wheel {package.wheel}"
+    try:
+        _, version, _, tags = parse_wheel_filename(package.wheel)
+    except InvalidWheelFilename as exc:
+        raise CatalogError(f"{where} is not a wheel's file name ({exc}).") from None
+    if str(version) != package.version:
+        raise CatalogError(
+            f"{where} is version {version}, but its 'version' says {package.version}."
+        )
+    if len({tag.platform for tag in tags}) != 1:
+        raise CatalogError(f"{where} names several platforms; pin the osx-64 file alone.")
+
+
+def _wheel_platform(package: NativePackage) -> str:
+    assert package.wheel is not None
+    (platform,) = {tag.platform for tag in parse_wheel_filename(package.wheel)[3]}
+    return platform
 
 
 def default_cache() -> Path:
@@ -135,18 +197,82 @@ def _members_of_tar(archive: Path) -> Iterator[tuple[tarfile.TarFile, tarfile.Ta
             yield tar, member
 
 
-def _unpack(archive: Path, destination: Path) -> None:
-    """Unpack ``archive`` into a new folder renamed onto ``destination`` when complete."""
+def _extract_tar(archive: Path, staging: Path) -> None:
     members = _members_of_conda if archive.name.endswith(".conda") else _members_of_tar
+    for tar, member in members(archive):
+        check_member(member, archive)
+        kwargs: dict[str, Any] = {"set_attrs": not member.isdir()}
+        if hasattr(tarfile, "data_filter"):
+            kwargs["filter"] = "data"
+        tar.extract(member, staging, **kwargs)
+    # A .tar.bz2 conda package also carries info/ (its recipe and licence): kept, small.
+
+
+def _extract_wheel(package: NativePackage, archive: Path, staging: Path) -> None:
+    """The wheel's ``cmeel.prefix/`` as the prefix, less ``omit``, with ``links`` made links."""
+    found, left_out = 0, set[str]()
+    with zipfile.ZipFile(archive) as wheel:
+        for info in wheel.infolist():
+            parts = PurePosixPath(info.filename).parts
+            if not parts or parts[0] != WHEEL_PREFIX or info.is_dir() or len(parts) < 2:
+                continue  # the dist-info (metadata, RECORD) is pip's, not the prefix's
+            inside = PurePosixPath(*parts[1:])
+            if ".." in inside.parts or info.filename.startswith("/"):
+                raise BuildError(
+                    f"{archive.name}: member {info.filename!r} climbs out of the prefix."
+                )
+            if str(inside) in package.omit:
+                left_out.add(str(inside))
+                continue
+            target = staging / inside
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with wheel.open(info) as source, target.open("wb") as out:
+                shutil.copyfileobj(source, out)
+            # The permission bits a zip member records (e.g. a dylib's or a tool's x bits).
+            target.chmod((info.external_attr >> 16) & 0o777 or 0o644)
+            found += 1
+    if not found:
+        raise BuildError(
+            f"{archive.name} holds no {WHEEL_PREFIX}/ folder: it is not a cmeel wheel of a CMake "
+            "install tree, the one wheel layout this tool unpacks. Check native.yaml's entry."
+        )
+    absent = sorted(set(package.omit) - left_out)
+    if absent:
+        raise BuildError(
+            f"{archive.name}: native.yaml's omit names {', '.join(absent)}, which the "
+            f"wheel's {WHEEL_PREFIX}/ does not hold. Correct the entry from what the wheel "
+            "holds (unzip -l)."
+        )
+    for alias, original in (package.links or {}).items():
+        _relink(staging, alias, original, archive.name)
+
+
+def _relink(prefix: Path, alias: str, original: str, wheel: str) -> None:
+    """Make ``alias`` a link to ``original`` beside it, as the install tree had it.
+
+    A wheel cannot hold symbolic links, so it carries each alias (libiomp5.dylib for libomp)
+    as a copy; two copies would be two runtimes, each loaded by whoever names it.
+    """
+    copy = prefix / alias
+    real = copy.with_name(original)
+    if not (copy.is_file() and real.is_file()) or copy.read_bytes() != real.read_bytes():
+        raise BuildError(
+            f"{wheel}: native.yaml's links say {WHEEL_PREFIX}/{alias} is a copy of {original} "
+            "beside it, but the wheel does not hold two such identical files. Correct the "
+            "entry's links from what the wheel holds (unzip -l)."
+        )
+    copy.unlink()
+    copy.symlink_to(original)
+
+
+def _unpack(archive: Path, destination: Path, package: NativePackage) -> None:
+    """Unpack ``archive`` into a new folder renamed onto ``destination`` when complete."""
     staging = _fsutil.temp_dir_beside(destination)
     try:
-        for tar, member in members(archive):
-            check_member(member, archive)
-            kwargs: dict[str, Any] = {"set_attrs": not member.isdir()}
-            if hasattr(tarfile, "data_filter"):
-                kwargs["filter"] = "data"
-            tar.extract(member, staging, **kwargs)
-        # A .tar.bz2 conda package also carries info/ (its recipe and licence): kept, small.
+        if package.wheel is not None:
+            _extract_wheel(package, archive, staging)
+        else:
+            _extract_tar(archive, staging)
         _fsutil.swap_dir_into_place(staging, destination)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as exc:
         shutil.rmtree(staging, ignore_errors=True)
@@ -176,28 +302,87 @@ def ensure(
             log.warning(f"cached {archive.name} does not match its pin; downloading again")
             archive.unlink()
         if not archive.exists():
-            log.info(f"Downloading {package.url}")
-            download(package.url, archive, settings or FetchSettings(), log)
-            part, state = _part_paths(archive)
-            actual = _fsutil.sha256_file(part)
-            if actual != package.sha256:
-                part.unlink(missing_ok=True)
-                state.unlink(missing_ok=True)
-                raise BuildError(
-                    f"sha256 mismatch for {package.filename} ({package.name} {package.version}):\n"
-                    f"  expected {package.sha256}  ({package.sha256_origin})\n"
-                    f"  actual   {actual}\n"
-                    f"from {package.url}. The download was deleted and nothing was unpacked. "
-                    "The server sent a different file than the pin describes: retry later, "
-                    f"or, if the pin is wrong, correct it in {DEFAULT_FILE.name} from an "
-                    "independent record of that file's hash."
-                )
-            os.replace(part, archive)
-            state.unlink(missing_ok=True)
+            log.info(f"Downloading {package.source}")
+            if package.wheel is not None:
+                _pip_download(package, archive, settings or FetchSettings())
+            else:
+                _url_download(package, archive, settings or FetchSettings(), log)
         log.info(f"sha256 OK: {package.filename} ({package.sha256_origin})")
-        _unpack(archive, prefix)
+        _unpack(archive, prefix, package)
         (prefix / ".complete").write_text(package.sha256 + "\n", encoding="utf-8")
     return prefix
+
+
+def _mismatch(package: NativePackage, actual: str) -> BuildError:
+    return BuildError(
+        f"sha256 mismatch for {package.filename} ({package.name} {package.version}):\n"
+        f"  expected {package.sha256}  ({package.sha256_origin})\n"
+        f"  actual   {actual}\n"
+        f"from {package.source}. The download was deleted and nothing was unpacked. "
+        "The server sent a different file than the pin describes: retry later, "
+        f"or, if the pin is wrong, correct it in {DEFAULT_FILE.name} from an "
+        "independent record of that file's hash."
+    )
+
+
+def _url_download(package: NativePackage, archive: Path, settings: FetchSettings, log: Log) -> None:
+    """``package.url`` into ``archive``, resumable; moved into place only with its sha256."""
+    assert package.url is not None
+    download(package.url, archive, settings, log)
+    part, state = _part_paths(archive)
+    actual = _fsutil.sha256_file(part)
+    if actual != package.sha256:
+        part.unlink(missing_ok=True)
+        state.unlink(missing_ok=True)
+        raise _mismatch(package, actual)
+    os.replace(part, archive)
+    state.unlink(missing_ok=True)
+
+
+def _pip_download(package: NativePackage, archive: Path, settings: FetchSettings) -> None:
+    """The pinned wheel into ``archive``, through pip, which refuses a file of another hash.
+
+    pip reads the user's own configuration (index URLs, proxies, certificates), so a mirror
+    or a private index works as for any pip install. The file lands in a scratch folder and
+    is hashed again here before it is moved into place.
+    """
+    scratch = _fsutil.temp_dir_beside(archive)
+    try:
+        requirements = scratch / "requirements.txt"
+        requirements.write_text(f"{package.requirement()} --hash=sha256:{package.sha256}\n")
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+             "--no-deps", "--only-binary=:all:", "--platform", _wheel_platform(package),
+             "--require-hashes", "-r", str(requirements), "--dest", str(scratch),
+             "--retries", str(settings.retries), "--timeout", f"{settings.timeout:g}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        got = scratch / package.filename
+        if result.returncode != 0 or not got.is_file():
+            raise _pip_failure(package, result, got)
+        actual = _fsutil.sha256_file(got)
+        if actual != package.sha256:
+            raise _mismatch(package, actual)
+        os.replace(got, archive)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _pip_failure(
+    package: NativePackage, result: subprocess.CompletedProcess[str], expected: Path
+) -> BuildError:
+    said = (result.stderr or result.stdout).strip()
+    if "DO NOT MATCH THE HASHES" in said:
+        got = [line.split()[-1] for line in said.splitlines() if line.strip().startswith("Got")]
+        return _mismatch(package, got[0] if got else "(see pip's report)\n" + said)
+    if result.returncode == 0:
+        saved = ", ".join(path.name for path in expected.parent.glob("*.whl")) or "nothing"
+        said = f"pip saved {saved} instead of {expected.name}"
+    return BuildError(
+        f"pip could not download {package.source} for {package.name} {package.version}:\n"
+        f"{said}\nCheck that pip reaches its package index here (`python -m pip config list`, "
+        "PIP_INDEX_URL, proxies); nothing was unpacked."
+    )
 
 
 def _fetch(args: argparse.Namespace) -> int:
@@ -220,7 +405,7 @@ def _list(args: argparse.Namespace) -> int:
     for package in load(args.pins).values():
         print(
             f"{package.name} {package.version} (macOS {package.min_macos}+): {package.why}\n"
-            f"  {package.url}\n  sha256 {package.sha256} ({package.sha256_origin})"
+            f"  {package.source}\n  sha256 {package.sha256} ({package.sha256_origin})"
         )
     return 0
 
@@ -246,4 +431,3 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.set_defaults(func=_list)
     for sub in (fetch, listing):
         sub.add_argument("--pins", type=Path, default=None, help=argparse.SUPPRESS)
-

@@ -209,7 +209,7 @@ def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ..
             metavar="PREFIX",
             help="OpenMP to build with and bundle: a folder with include/omp.h and "
             "lib/libomp.dylib (default: the pinned llvm-openmp, fetched and checked by the build). Use one built for "
-            "the line's macOS deployment target, e.g. conda-forge's llvm-openmp for osx-64",
+            "the line's macOS deployment target, e.g. an x86_64 LLVM libomp built for it",
         )
     if "source" in groups:
         group = parser.add_argument_group("source")

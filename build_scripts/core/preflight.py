@@ -220,9 +220,10 @@ def check(
 def _libomp_problems(line: ReleaseLine, dylib: Path | None) -> list[str]:
     target = line.macos_deployment_target
     fix = (
-        f"Build libomp with MACOSX_DEPLOYMENT_TARGET={target}, or use the llvm-openmp that "
-        "upstream's own wheels bundle (conda-forge's llvm-openmp for osx-64), and pass its "
-        "prefix with --libomp PREFIX."
+        f"Build libomp with MACOSX_DEPLOYMENT_TARGET={target} and pass its prefix with "
+        "--libomp PREFIX; without --libomp the build uses its pinned llvm-openmp (LLVM's "
+        "libomp from the cmeel-libomp wheel, for macOS 10.13 and later: python -m "
+        "intelmac_torch_builder native fetch llvm-openmp)."
     )
     if dylib is None:
         return [f"libomp.dylib was not found. {fix}"]
@@ -236,7 +237,7 @@ def _libomp_problems(line: ReleaseLine, dylib: Path | None) -> list[str]:
         return [f"{dylib} has no x86_64 code (it is {archs}). {fix}"]
     minos = x86[0].min_macos
     if minos is None:
-        return [f"{dylib} does not say which macOS it needs (no LC_BUILD_VERSION). {fix}"]
+        return [f"{dylib} does not say which macOS it needs (neither LC_BUILD_VERSION nor LC_VERSION_MIN_MACOSX). {fix}"]
     if _older(target, minos):
         message = (
             f"{dylib} needs macOS {minos}, but PyTorch {line.version}'s wheels target macOS "

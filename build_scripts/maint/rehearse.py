@@ -24,11 +24,9 @@ line per stage and per check; the exit status is 0 only when none failed.
 from __future__ import annotations
 
 import argparse
-import base64
 import csv
 import dataclasses
 import functools
-import hashlib
 import io
 import re
 import shutil
@@ -91,7 +89,7 @@ class Rehearsal:
         """A step whose BuildError is its FAIL line (the rehearsal goes on with the next line)."""
         try:
             yield
-        except (BuildError, patching.PatchConflict, OSError, ValueError) as exc:
+        except (BuildError, OSError, ValueError) as exc:
             self.say(subject, stage, check, "FAIL", str(exc).replace("\n", " "))
             raise _Stop from None
 
@@ -107,15 +105,12 @@ class _Stop(Exception):
 # --- the build stage's output, from an official wheel ---------------------------------
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def _landing(patches: tuple[Path, ...]) -> dict[str, patching.FileChange]:
     """The series' last word on each file that a wheel installs (source path -> change)."""
     final: dict[str, patching.FileChange] = {}
     for patch in patches:
         for change in patching.file_changes(patch):
+            # A .pyi.in lands as the .pyi generated from it, which verify does not compare.
             if wheel_path(change.path) is not None and not change.path.endswith(".pyi.in"):
                 final[change.path] = change
     return final
@@ -225,7 +220,7 @@ def shape(official: Path, options: Options, python: PythonTarget, tree: Path, ou
                 elif target == f"{new_info}/WHEEL":
                     data = re.sub(r"(?m)^Tag: .*$", f"Tag: {wheel_tag}", data.decode(), count=1).encode()
                 out.writestr(target, data)
-                rows.append([target, _record_hash(data), str(len(data))])
+                rows.append([target, buildinfo.record_hash(data), str(len(data))])
             rows.append([f"{new_info}/RECORD", "", ""])
             record = io.StringIO()
             csv.writer(record, lineterminator="\n").writerows(rows)

@@ -142,7 +142,7 @@ _MPS_PATH = re.compile(rb"aten/src/ATen/(?:mps|native/mps)/[A-Za-z0-9_/]+\.mm")
 def _upstream(name: str) -> Path:
     path = UPSTREAM_CACHE / name
     if not path.exists():
-        why = f"no {name} in {UPSTREAM_CACHE}: make upstream-material fetches it"
+        why = f"no cached upstream {name} (a wheel or source tree): make upstream-material fetches it"
         if os.environ.get("INTELMAC_REQUIRE_WHEELS") == "1":
             pytest.fail(why)
         pytest.skip(why)

@@ -235,7 +235,7 @@ def _linked_sdk(dylib: Path) -> str:
 def test_the_xcode_evidence_names_the_sdk_upstream_linked_against(version: str) -> None:
     dylib = UPSTREAM_CACHE / f"wheel-{version}-arm64" / "torch" / "lib" / "libtorch_cpu.dylib"
     if not dylib.is_file():
-        why = f"no upstream {version} wheel in {UPSTREAM_CACHE}: make upstream-material fetches it"
+        why = f"no upstream {version} wheel: make upstream-material fetches it"
         if os.environ.get("INTELMAC_REQUIRE_WHEELS") == "1":
             pytest.fail(why)
         pytest.skip(why)

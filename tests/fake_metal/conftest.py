@@ -71,6 +71,25 @@ def _python_layer(line: str, series: Sequence[Path], dest: Path) -> Path:
     return root / "torch" / "backends" / "mps"
 
 
+#: Upstream Python files (exact in every wheel) that the series hooks outside torch/backends/mps.
+UPSTREAM_PYTHON = ("torch/utils/data/dataloader.py", "torch/mps/streams.py")
+
+
+def _upstream_python(line: str, series: Sequence[Path], dest: Path) -> Path:
+    """The line's own UPSTREAM_PYTHON files that its wheel has, from the wheel, with the
+    series' hunks on them applied (patch 0012 where the line has it)."""
+    from intelmac_torch_builder.maint.check_upstream.series import filter_series
+
+    wheel = objc_lines.wheel_root(line)
+    present = [path for path in UPSTREAM_PYTHON if (wheel / path).is_file()]
+    root = dest / "upstream"
+    for path in present:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text((wheel / path).read_text(encoding="utf-8"), encoding="utf-8")
+    patching.apply_series(root, filter_series(series, lambda path: path in present, dest / "upstream-patches"))
+    return root
+
+
 @dataclass(frozen=True)
 class Line:
     line: str
@@ -119,9 +138,11 @@ def line_build(line: str, fake_lib: Path, factory: pytest.TempPathFactory,
                             device_text, fake_lib, torch_lib_dir(), work / "build",
                             selection_source=selection_source)
     layer = _python_layer(line, series, work / "python")
+    upstream = _upstream_python(line, series, work / "python")
     build_json = work / "build.json"
     build_json.write_text(json.dumps({"library": str(lb.library), "fake_metal": str(fake_lib),
-                                      "python_layer": str(layer)}), encoding="utf-8")
+                                      "python_layer": str(layer), "upstream_python": str(upstream)}),
+                          encoding="utf-8")
     result = Line(line, lb, build_json, layer)
     _BUILDS[key] = result
     if not label:

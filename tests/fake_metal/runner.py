@@ -30,7 +30,54 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-ENV_NAMES = ("PYTORCH_MPS_ALLOW_INTEL_GPU", "PYTORCH_MPS_DEVICE")
+ENV_NAMES = ("PYTORCH_MPS_ALLOW_INTEL_GPU", "PYTORCH_MPS_DEVICE", "PYTORCH_MPS_HIGH_WATERMARK_RATIO")
+
+
+def _upstream_module(build: dict[str, Any], path: str, name: str) -> Any:
+    """The line's own upstream Python file (conftest.UPSTREAM_PYTHON, the series applied),
+    loaded under ``name`` inside the test torch's package (its relative imports resolve
+    there); None when the line has no such file."""
+    source = Path(build["upstream_python"]) / path
+    if not source.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(name, source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _data_loader_pins(build: dict[str, Any]) -> bool:
+    """Whether the line's own DataLoader, made with pin_memory=True for "mps" on a Mac build
+    (the accelerator is MPS; pin_memory_device is what 2.6.0 needs), would pin its batches."""
+    import torch
+
+    module = _upstream_module(build, "torch/utils/data/dataloader.py", "torch.utils.data._intelmac_dataloader")
+    torch.accelerator.is_available = lambda: True
+    torch.accelerator.current_accelerator = lambda check_available=False: torch.device("mps")
+    loader = module.DataLoader([torch.zeros(2)] * 4, batch_size=2, pin_memory=True, pin_memory_device="mps")
+    return bool(iter(loader)._pin_memory)
+
+
+def _stream_step(build: dict[str, Any], step: str) -> str:
+    """torch.mps.Stream made or set current, through the line's own streams.py: what
+    happened ("no torch.mps.Stream on this line", or "allowed": it reached torch._C, which a
+    CPU torch lacks). Refusals raise."""
+    module = _upstream_module(build, "torch/mps/streams.py", "torch.mps._intelmac_streams")
+    if module is None:
+        return "no torch.mps.Stream on this line"
+    kind, _, value = step.partition("=")
+    try:
+        if kind == "stream":
+            module.Stream() if value == "new" else module.Stream(stream_id=int(value))
+        else:
+            module.set_stream(type("S", (), {"stream_id": int(value)})())
+    except (RuntimeError, AttributeError) as exc:
+        if "dummy base class" in str(exc) or "_mps_setStream" in str(exc):
+            return "allowed"
+        raise
+    return "allowed"
 
 
 def _install_layer(layer: Path) -> Any:
@@ -62,6 +109,7 @@ class Loaded:
     def __init__(self, build: dict[str, Any]) -> None:
         import torch
 
+        self.build = build
         self.fake = ctypes.CDLL(build["fake_metal"], mode=ctypes.RTLD_GLOBAL)
         self.fake.fake_metal_last_error.restype = ctypes.c_char_p
         self.fake.fake_metal_records_json.restype = ctypes.c_char_p
@@ -92,6 +140,12 @@ class Loaded:
             warnings.simplefilter("always")
             self.mps = _install_layer(Path(build["python_layer"]))
         self.import_warnings = [str(w.message) for w in caught]
+
+
+def _memory_limit() -> Any:
+    import importlib
+
+    return importlib.import_module("torch.backends.mps._memory").memory_limit()
 
 
 def _run(loaded: Loaded, scenario: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +192,14 @@ def _run(loaded: Loaded, scenario: dict[str, Any]) -> dict[str, Any]:
                     import torch
 
                     record["value"] = json.loads(torch.ops.intelmac.mps_gpu_limits())
+                elif step == "memory_limit":
+                    record["value"] = _memory_limit()
+                elif step == "report_text":
+                    record["value"] = mps._device_policy.format_report(mps._device_policy.report(mps.is_available))
+                elif step == "data_loader_pins":
+                    record["value"] = _data_loader_pins(loaded.build)
+                elif step.startswith(("stream=", "set_stream=")):
+                    record["value"] = _stream_step(loaded.build, step)
                 elif step == "retain_counts":
                     record["value"] = {str(d["registry_id"]): int(fake.fake_metal_device_retain_count(d["registry_id"]))
                                        for d in scenario["metal"]["devices"]}

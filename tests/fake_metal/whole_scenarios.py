@@ -120,6 +120,7 @@ def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
 
 
 PINNED_FILL = 24 * MiB
+PINNED_LARGE = 192 * MiB
 REFILL_SIZES = [4 * KiB, 1 * MiB, 8 * MiB, 24 * MiB, 40 * MiB, 3 * MiB]
 
 
@@ -128,8 +129,10 @@ def pinned_pressure(whole: Whole) -> dict[str, Any]:
     sizes, then is all freed: the allocator's count against the device's after each phase."""
     phases: dict[str, Any] = {}
     filled = []
-    for _ in range(400):
-        block = whole.alloc(PINNED, PINNED_FILL)
+    for i in range(400):
+        # one block far larger than the rest: upstream releases an oversize free buffer to
+        # place a smaller one in its heap
+        block = whole.alloc(PINNED, PINNED_LARGE if i == 0 else PINNED_FILL)
         if "handle" not in block:
             break
         filled.append(block["handle"])

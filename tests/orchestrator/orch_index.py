@@ -25,9 +25,10 @@ def _digest(data: bytes) -> str:
 
 
 def make_wheel(
-    folder: Path, name: str, version: str, requires: list[str], files: dict[str, str]
+    folder: Path, name: str, version: str, requires: list[str], files: dict[str, str],
+    tag: str = "py3-none-any",
 ) -> Path:
-    """A pure ``py3-none-any`` wheel with the given modules and Requires-Dist lines."""
+    """A ``tag`` wheel (pure ``py3-none-any`` by default) with these files and Requires-Dist."""
     dist_info = f"{name}-{version}.dist-info"
     members = {path: text.encode() for path, text in files.items()}
     members[f"{dist_info}/METADATA"] = (
@@ -35,7 +36,7 @@ def make_wheel(
         + "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     ).encode()
     members[f"{dist_info}/WHEEL"] = (
-        b"Wheel-Version: 1.0\nGenerator: orch_index\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        f"Wheel-Version: 1.0\nGenerator: orch_index\nRoot-Is-Purelib: true\nTag: {tag}\n".encode()
     )
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
@@ -44,7 +45,7 @@ def make_wheel(
     writer.writerow([f"{dist_info}/RECORD", "", ""])
     members[f"{dist_info}/RECORD"] = record.getvalue().encode()
     folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    wheel = folder / f"{name}-{version}-{tag}.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         for path, data in members.items():
             archive.writestr(path, data)

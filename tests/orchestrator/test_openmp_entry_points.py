@@ -6,7 +6,7 @@ on it. So Debian's clang 19
 compiles openmp_constructs.c (each construct the build's sources use) for macOS x86_64 here,
 and every ``__kmpc_*`` the object calls, together with those upstream's last x86_64
 libtorch_cpu (2.2.2: oneDNN's, FBGEMM's and MKL's glue) calls, must be exported by the pinned
-llvm-openmp's libomp.dylib. LLVM 19's OpenMP code calls ``__kmpc_dispatch_deinit`` after
+llvm-openmp's libomp.dylib (LLVM 21.1.8's, from the cmeel-libomp wheel). LLVM 19's OpenMP code calls ``__kmpc_dispatch_deinit`` after
 each dispatched loop; a runtime older than LLVM 19 (the 11.1.0 pinned before) lacks it.
 
 The pinned package is read from the native cache, where ``.ci/run`` fetches it (``native
@@ -112,6 +112,9 @@ def test_the_pinned_libomp_exports_every_entry_point(needed: set[str]) -> None:
     if not dylib.is_file():
         _unavailable(f"no {dylib}: `python -m intelmac_torch_builder native fetch llvm-openmp` "
                      "fetches the pinned package (.ci/run does)")
+    # The wheels are x86_64 alone; a universal or arm64 file is not the one the pin describes.
+    archs = [piece.arch for piece in _binaries.read_macho(dylib)]
+    assert archs == ["x86_64"], f"the pinned libomp.dylib is {archs}, not a thin x86_64 library"
     lacking = missing(needed, dylib, "x86_64")
     assert not lacking, (
         f"the pinned llvm-openmp {package.version} lacks {', '.join(lacking)}: move the pin in "

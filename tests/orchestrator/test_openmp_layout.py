@@ -84,7 +84,7 @@ AS_DELOCATED = {
 def test_upstreams_wheels_have_the_layout(line: str) -> None:
     root = wheel_root(line)
     if not (root / "torch" / "lib").is_dir():
-        why = f"no unpacked {line} wheel: ../shared/tools/upstream-wheel {line} fetches it"
+        why = f"no unpacked upstream {line} wheel: make upstream-material fetches it"
         if os.environ.get(REQUIRE_ENV) or os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)

@@ -109,7 +109,7 @@ def pins(version: str) -> Path:
 
 def pinned_openmp() -> str:
     """The pinned llvm-openmp's prefix (patches/toolchain/native.yaml) in fake_mac's cache."""
-    return f"{os.environ['INTELMAC_CACHE']}/native/llvm-openmp-22.1.2-5dc4c6f21d97"
+    return f"{os.environ['INTELMAC_CACHE']}/native/llvm-openmp-21.1.8-b8c1f76f32c0"
 
 
 def openmp_commands() -> list[str]:
@@ -342,7 +342,7 @@ def test_linux_dry_run_says_the_real_run_stops(
     out = dry_run(capsys, tmp_path / "work", "--torch", "2.6.0")
     build = "\n".join(section(out, "build"))
     assert "this host is Linux: a real run stops before this stage with exit code 3" in build
-    assert "OpenMP: the pinned llvm-openmp 22.1.2 (macOS 11.0+, sha256 5dc4c6f2" in build
+    assert "OpenMP: the pinned llvm-openmp 21.1.8 (macOS 10.13+, sha256 b8c1f76f" in build
     # Sized where the plan runs, not on this 2-core Linux machine; the plan says so.
     assert f"export MAX_JOBS={MAX_JOBS_SHELL}  # sized at build time from the Mac's cores and memory" in build
     assert "(here: 2 on Linux x86_64, 2 cores, 8 GiB)" in build
@@ -515,9 +515,13 @@ def test_pinned_openmp_is_fetched_checked_and_a_mismatch_stops_before_compiling(
     archive = tmp_path / "llvm-openmp-11.1.0-fixture_0.tar.bz2"
     archive.write_bytes(_tar(FILES, "w:bz2"))
     real = native_deps.load()["llvm-openmp"]
+    # Its file at a URL (the wheel path through pip: test_native_deps.py).
     good = dataclasses.replace(
         real,
         url=server.serve(archive.name, archive),
+        wheel=None,
+        links=None,
+        omit=(),
         sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
     )
     options = resolve(

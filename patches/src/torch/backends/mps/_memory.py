@@ -25,7 +25,7 @@ __all__ = ["memory_limit", "pinned_memory_usable", "check_stream"]
 HIGH_WATERMARK_ENV = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
 # upstream's default_high_watermark_ratio (MPSAllocator.h, every line)
 UPSTREAM_HIGH_WATERMARK_RATIO = 1.7
-# MPSStoragePolicy.h kIntelHighWatermarkRatio (rule 8); tests/patches_py checks they agree
+# MPSStoragePolicy.h kIntelHighWatermarkRatio (rule 8); tests/core/test_allocator_docs.py checks they agree
 INTEL_HIGH_WATERMARK_RATIO = 1.0
 
 _warned_pinned = False
@@ -58,7 +58,7 @@ def memory_limit(device: Optional[MPSDeviceInfo] = None) -> Optional[Dict[str, A
         except ValueError:
             return {"ratio": None, "limit_bytes": None, "source": f"{HIGH_WATERMARK_ENV}={raw!r} is not a number"}
     elif is_intel_gpu(device):
-        ratio, source = INTEL_HIGH_WATERMARK_RATIO, "the default on an Intel GPU (its working set)"
+        ratio, source = INTEL_HIGH_WATERMARK_RATIO, "the Intel GPU default"
     else:
         ratio, source = UPSTREAM_HIGH_WATERMARK_RATIO, "PyTorch's default"
     limit = None if ratio == 0.0 else int(ratio * device.recommended_working_set_size)
