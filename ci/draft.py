@@ -11,12 +11,20 @@ part before that:
   builds only the (line, Python) pairs it lacks (``matrix --draft draft.json``; what a pair
   needs is ``release_status.wanted``);
 * ``add`` creates the draft if there is none and uploads the wheels it lacks. A file the
-  draft already holds is never replaced (a rebuilt wheel may differ in its bytes); a
-  published release is never touched. ``SHA256SUMS`` is rewritten to cover the draft's
-  wheels (a draft is not public).
+  release already holds is never replaced (a rebuilt wheel may differ in its bytes).
+  ``SHA256SUMS`` only grows: each line it has is kept byte for byte, in its place, and the
+  lines of the added wheels follow (``merge_sums``).
 
-The decisions are pure functions (``pending_pairs``, ``plan_add``, ``sums_text``), tested
-here and run by ``make ci-simulate``; ``main`` asks ``gh`` for the draft.
+A release a maintainer published without some Pythons on purpose (``release_status
+--publish --publish-subset``) is completed the same way: a later run of the tag builds only
+what it lacks and adds those files under names the release does not have. No published
+name changes bytes, so every install pinned to a hash keeps working. A published release
+that holds every wheel is refused (nothing to add: a rebuild takes the next build number),
+and so is one GitHub keeps immutable (the repository's immutable-releases setting), which
+takes no new files: its missing Pythons come with the next build number.
+
+The decisions are pure functions (``pending_pairs``, ``plan_add``, ``merge_sums``), tested
+here and run by ``make ci-simulate``; ``main`` asks ``gh`` for the release.
 """
 
 from __future__ import annotations
@@ -27,13 +35,14 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import catalog as catalog_module
 from ..core.catalog import Catalog
 from ..core.errors import BuildError
-from . import release_status
+from . import publish_check, release_status
 from .publish_index import gh
 
 SUMS = "SHA256SUMS"
@@ -59,8 +68,37 @@ def plan_add(local: Mapping[str, str], remote: Mapping[str, str]) -> AddPlan:
 
 
 def sums_text(digests: Mapping[str, str]) -> str:
-    """SHA256SUMS of every wheel in the draft, as sha256sum writes it."""
+    """SHA256SUMS lines of the wheels in ``digests``, as sha256sum writes them."""
     return "".join(f"{digests[name]}  {name}\n" for name in sorted(digests) if name.endswith(".whl"))
+
+
+def sums_entries(text: str) -> dict[str, str]:
+    """The wheel name -> sha256 of a SHA256SUMS file (a ``*`` before the name is binary mode)."""
+    found = {}
+    for line in text.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) == 64 and name:
+            found[name.lstrip("*")] = digest.lower()
+    return found
+
+
+def merge_sums(existing: str, digests: Mapping[str, str]) -> str:
+    """``existing`` SHA256SUMS with a line added for each wheel of ``digests`` it lacks.
+
+    Every line it has stays byte for byte and in its place: whoever checked a wheel against
+    it checks it the same way tomorrow. A wheel it names with other bytes than ``digests``
+    says is an error, never a rewrite.
+    """
+    held = sums_entries(existing)
+    clash = sorted(name for name, digest in digests.items() if held.get(name, digest) != digest)
+    if clash:
+        raise BuildError(f"{SUMS} names {', '.join(clash)} with another sha256 than the release's "
+                         "file has; nothing was changed. Compare the two by hand (gh release "
+                         "download) before anything else.")
+    if existing and not existing.endswith("\n"):
+        existing += "\n"
+    return existing + sums_text({name: digest for name, digest in digests.items()
+                                 if name not in held})
 
 
 # --- the GitHub side (gh) ------------------------------------------------------------------
@@ -69,7 +107,9 @@ def sums_text(digests: Mapping[str, str]) -> str:
 @dataclass(frozen=True)
 class Release:
     state: str  # "none", "draft" or "published"
-    digests: dict[str, str]  # asset name -> sha256
+    digests: dict[str, str]  # asset name -> sha256 (empty where GitHub reports none)
+    ids: dict[str, int] = field(default_factory=dict)  # asset name -> asset id
+    immutable: bool = False  # GitHub takes no new files on it
 
 
 def read_release(repo: str, tag: str) -> Release:
@@ -79,9 +119,12 @@ def read_release(repo: str, tag: str) -> Release:
     for page in listed:
         for release in page if isinstance(page, list) else [page]:
             if release.get("tag_name") == tag:
+                assets = release.get("assets", [])
                 digests = {asset["name"]: str(asset.get("digest") or "").removeprefix("sha256:")
-                           for asset in release.get("assets", [])}
-                return Release("draft" if release.get("draft") else "published", digests)
+                           for asset in assets}
+                ids = {asset["name"]: int(asset["id"]) for asset in assets if "id" in asset}
+                return Release("draft" if release.get("draft") else "published", digests, ids,
+                               bool(release.get("immutable")))
     return Release("none", {})
 
 
@@ -90,11 +133,27 @@ def _local_digests(folder: Path) -> dict[str, str]:
             for path in sorted(folder.glob("*.whl"))}
 
 
+def refusal(catalog: Catalog, tag: str, release: Release) -> str | None:
+    """Why nothing may be added to ``release`` (None: a draft, or published without some of
+    its Pythons on purpose and able to take new files)."""
+    if release.state != "published":
+        return None
+    following = publish_check.next_build(tag) or "a new release-YYYYMMDD(.N) tag"
+    if not release_status.missing(release_status.wanted(catalog, tag), sorted(release.digests)):
+        return (f"Release {tag} is published with every wheel; its assets are never replaced. "
+                f"A rebuild takes the next build number: push {following}.")
+    if release.immutable:
+        return (f"Release {tag} is published without some Pythons, and GitHub keeps it "
+                "immutable (Settings → General → Releases), so nothing can be added to it. "
+                f"They come with the next build number: push {following}.")
+    return None
+
+
 def _cmd_assets(repo: str, tag: str, out: Path) -> int:
     release = read_release(repo, tag)
-    if release.state == "published":
-        raise BuildError(f"Release {tag} is already published; its assets are never replaced. "
-                         "A rebuild takes the next build number's tag.")
+    problem = refusal(catalog_module.load(), tag, release)
+    if problem:
+        raise BuildError(problem)
     out.write_text(json.dumps({"state": release.state, "assets": sorted(release.digests)}))
     print(f"{tag}: {release.state}, {len(release.digests)} assets")
     return 0
@@ -102,8 +161,9 @@ def _cmd_assets(repo: str, tag: str, out: Path) -> int:
 
 def _cmd_add(repo: str, tag: str, folder: Path) -> int:
     release = read_release(repo, tag)
-    if release.state == "published":
-        raise BuildError(f"Release {tag} is already published; nothing is added to it.")
+    problem = refusal(catalog_module.load(), tag, release)
+    if problem:
+        raise BuildError(problem)
     if release.state == "none":
         gh("release", "create", tag, "--draft", "--verify-tag", "--title", tag, "--notes",
             "Patched PyTorch wheels for Intel Macs (torch.backends.mps.allow_intel_gpu). "
@@ -111,22 +171,39 @@ def _cmd_add(repo: str, tag: str, folder: Path) -> int:
     local = _local_digests(folder)
     plan = plan_add(local, release.digests)
     for name in plan.kept:
-        print(f"::notice title=Kept::{name} is in the draft already (other bytes); the draft's "
+        print(f"::notice title=Kept::{name} is in the release already (other bytes); its "
               "copy stays, as it was tested with the wheels beside it.")
+    existing = _existing_sums(repo, release)
+    # Every wheel the release holds: the ones SHA256SUMS lacks (an upload an earlier
+    # attempt did not finish) get their line from GitHub's digest.
+    digests = {**{name: local[name] for name in plan.upload},
+               **{name: digest for name, digest in release.digests.items() if name.endswith(".whl")}}
+    unknown = sorted(name for name, digest in digests.items()
+                     if not digest and name not in sums_entries(existing))
+    if unknown:
+        raise BuildError(f"GitHub reports no sha256 for {', '.join(unknown)}, and {SUMS} does not "
+                         "name them; delete them from the draft and press 'Re-run failed jobs'.")
+    sums = folder / SUMS
+    sums.write_text(merge_sums(existing, {n: d for n, d in digests.items() if d}))
     if plan.upload:
         gh("release", "upload", tag, *(str(folder / name) for name in plan.upload))
-    digests = {**{name: local[name] for name in plan.upload}, **release.digests}
-    sums = folder / SUMS
-    sums.write_text(sums_text(digests))
-    # SHA256SUMS covers the draft's wheels; a draft is not public, so it may be rewritten.
+    # SHA256SUMS only grows (merge_sums): its lines stay, those of the added wheels follow.
     gh("release", "upload", tag, str(sums), "--clobber")
     check = read_release(repo, tag)
-    wrong = [name for name, digest in digests.items() if check.digests.get(name) != digest]
+    wrong = [name for name in plan.upload if check.digests.get(name) != local[name]]
     if wrong:
-        raise BuildError(f"The draft's {', '.join(wrong)} do not have the sha256 uploaded; "
+        raise BuildError(f"The release's {', '.join(wrong)} do not have the sha256 uploaded; "
                          "press 'Re-run failed jobs'.")
-    print(f"{tag}: added {len(plan.upload)} wheels; the draft holds {len(digests)}")
+    print(f"{tag}: added {len(plan.upload)} wheels; the release holds {len(digests)}")
     return 0
+
+
+def _existing_sums(repo: str, release: Release) -> str:
+    """The release's SHA256SUMS as it is now ('' when it has none)."""
+    if SUMS not in release.ids:
+        return ""
+    return gh("api", "-H", "Accept: application/octet-stream",
+              f"repos/{repo}/releases/assets/{release.ids[SUMS]}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,8 +8,10 @@ publishing fails in the first minutes, with the fix, instead of after the build:
 * the ``github-pages`` environment must let this tag deploy: its deployment policy must
   be off (any ref), or list a tag pattern that matches it. Protected branches only, the
   default, refuses every tag;
-* no published release may exist for the tag: its assets are never replaced, since
-  installs pinned to their hashes would break; the fix is the next build number.
+* no published release of the tag may hold every wheel already: its assets are never
+  replaced, since installs pinned to their hashes would break; the fix is the next build
+  number. One a maintainer published without some Pythons on purpose takes them from a
+  later run, under new names (``ci/draft.py``, ``refusal``).
 
 The judgements are pure functions of the REST API's JSON (tested here); ``main`` asks
 ``gh api`` for it.
@@ -27,6 +29,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core import catalog as catalog_module
 from ..core.errors import BuildError
 from . import matrix
 
@@ -68,15 +71,11 @@ def environment_problem(environment: Mapping[str, Any] | None,
             "release-*.")
 
 
-def release_problem(release: Mapping[str, Any] | None, tag: str) -> str | None:
-    """``gh release view TAG --json isDraft`` (None: no release yet)."""
-    if release is None or release.get("isDraft"):
-        return None  # a draft is what an earlier attempt of this run left: it is finished
-    following = next_build(tag)
-    fix = (f" Push {following} to publish a rebuild." if following else
-           " Tag a new release-YYYYMMDD(.N) to publish a rebuild.")
-    return (f"Release {tag} is already published. Its assets are never replaced: installs "
-            f"pinned to their sha256 would break.{fix}")
+def release_problem(tag: str) -> str | None:
+    """A published release that can take nothing more (a draft, or none, is finished)."""
+    from . import draft  # draft imports this module
+
+    return draft.refusal(catalog_module.load(), tag, draft.read_release("{owner}/{repo}", tag))
 
 
 def next_build(tag: str) -> str | None:
@@ -114,8 +113,7 @@ def problems(tag: str) -> tuple[list[str], list[str]]:
     checks = {
         "GitHub Pages": lambda: pages_problem(_gh_json("api", "repos/{owner}/{repo}/pages")),
         f"the {ENVIRONMENT} environment": lambda: _environment(tag),
-        f"release {tag}": lambda: release_problem(
-            _gh_json("release", "view", tag, "--json", "isDraft"), tag),
+        f"release {tag}": lambda: release_problem(tag),
     }
     found, unread = [], []
     for what, check in checks.items():

@@ -47,7 +47,7 @@ from typing import Any
 from ..core import catalog as catalog_module
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
-from . import budget, draft, expressions, plan, release_status, warmup, wheel_names
+from . import budget, draft, expressions, plan, release_status, tested, warmup, wheel_names
 from .expressions import Unknown
 
 RELEASES_DOC = REPO_ROOT / "docs" / "releasing.md"
@@ -105,6 +105,7 @@ class World:
     releases: dict[str, Release] = field(default_factory=dict)
     index: dict[str, str] = field(default_factory=dict)  # wheel name -> sha256 pip checks
     swapped: list[str] = field(default_factory=list)  # published names the index re-pointed
+    built: set[str] = field(default_factory=set)  # the digest of every wheel a build job made
     builds: int = 0
 
     def advance(self, hours: float) -> None:
@@ -144,11 +145,14 @@ class Faults:
     lost: tuple[str, int] | None = None  # (job id, attempt) whose runner is lost mid-job
     # Attempts count across the scenario's runs: 1 fails the first attempt only, 99 all.
     index_errors: int = 0  # attempts in which one SHA256SUMS download fails
+    # A package the test job installs (unpinned) swaps the wheels beside it for other bytes.
+    test_swaps: bool = False
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "push", "schedule", "press" (the button the messages name), "wait"
+    kind: str  # "push", "schedule", "press" (the button the messages name), "wait",
+    # "publish-subset" (release_status --publish --publish-subset, by hand)
     value: Any = None
 
 
@@ -194,6 +198,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              lambda c, v: Faults(python_fails={_newest(c, v): 2})),
     Scenario("schedule-refresh", "the scheduled refresh of the compiler cache",
              (Action("schedule"), Action("wait", 84), Action("schedule"))),
+    Scenario("subset-published-then-completed", "the newest Python fails once; the subset is "
+             "published by hand; then the button", (PUSH, Action("publish-subset"), PRESS),
+             lambda c, v: Faults(python_fails={_newest(c, v): 1})),
 )
 
 
@@ -291,6 +298,14 @@ class Simulator:
 
     def schedule(self) -> Run:
         return self._start("schedule", None)
+
+    def publish_subset(self) -> str:
+        """release_status --publish --publish-subset: the draft goes out as it is."""
+        release = self.world.releases.get(self.runs[-1].tag or "")
+        if release is None or not release.draft or not release.assets:
+            return "nothing to publish"
+        release.draft = False
+        return "published the subset"
 
     def dispatch_on_tag(self, tag: str) -> Run:
         return self._start("workflow_dispatch", tag)
@@ -728,6 +743,7 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
         if sim.faults.vision_fails >= sim.attempts:
             return StepOutcome(False, error=f"{leg.name}: torchvision's build failed",
                                minutes=budget.job_minutes("vision"))
+        sim.world.built.add(digest + "v")
         return StepOutcome(True, minutes=budget.job_minutes("vision"),
                            outputs=_add_vision(files, catalog, line, cp, platform, digest))
     warm = _progress(files) >= sim.faults.compile_boxes
@@ -741,12 +757,14 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
                            "its verify stage", minutes=minutes)
     torch = _wheel_name('torch', catalog.wheel_version(line), f'{cp}-{cp}', platform)
     files[f"wheels/{torch}"] = digest
+    sim.world.built.add(digest)
     files[record] = {"wheel": torch}
     files[f"build/{line.version}/dist/{cp}/repaired/{torch}"] = digest
     if "TORCH_ONLY=1" not in script and "--torch-only" not in script and line.companion:
         if sim.faults.vision_fails >= sim.attempts:
             return StepOutcome(False, error=f"{leg.name}: torchvision's build failed",
                                minutes=minutes)
+        sim.world.built.add(digest + "vv")
         _add_vision(files, catalog, line, cp, platform, digest + "v")
     return StepOutcome(True, minutes=minutes)
 
@@ -790,7 +808,32 @@ def _cmd_test(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str,
     for key in list(files):  # only what this Python installs is handed on
         if key.startswith("dist/") and key.split("/", 1)[1] not in torch + vision:
             del files[key]
+        elif key.startswith("dist/") and sim.faults.test_swaps:
+            files[key] = f"{files[key]}-swapped"
     return StepOutcome(True, minutes=budget.figure("test_wheel"))
+
+
+def _cmd_verdict(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                 files: dict[str, Any]) -> StepOutcome:
+    """ci/tested.py record: the sha256 of each wheel the test passed."""
+    out = re.search(r'--out "?([^"\s]+)', script)
+    assert out is not None, script
+    path = out.group(1).replace("${TESTED}", env.get("TESTED", ""))
+    files[path] = _local_wheels(files)
+    return StepOutcome(True)
+
+
+def _cmd_select(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+                files: dict[str, Any]) -> StepOutcome:
+    """ci/tested.py select: keep the built wheels a verdict passed (its own function)."""
+    pairs = [pair for key, verdict in files.items() if key.startswith("verdicts/")
+             for pair in verdict.items()]
+    chosen = tested.select(_local_wheels(files), pairs)
+    if chosen.changed:
+        return StepOutcome(False, error=f"{leg.name}: {tested.changed_message(chosen.changed)}")
+    for name in chosen.untested:
+        del files[f"dist/{name}"]
+    return StepOutcome(True)
 
 
 def _cmd_sums(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
@@ -806,20 +849,27 @@ def _release(sim: Simulator, run: Run) -> Release | None:
     return sim.world.releases.get(run.tag or "")
 
 
+def _refusal(sim: Simulator, run: Run) -> str | None:
+    """ci/draft.py's refusal of a published release that can take nothing (its own function)."""
+    release = _release(sim, run)
+    if release is None or release.draft:
+        return None
+    return draft.refusal(sim.catalog, run.tag or "",
+                         draft.Release("published", dict(release.assets)))
+
+
 def _cmd_publish_check(sim: Simulator, run: Run, leg: Leg, script: str,
                        env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
-    release = _release(sim, run)
-    if release is not None and not release.draft:
-        return StepOutcome(False, error=f"{leg.name}: Release {run.tag} is already published; "
-                           "push the next build number")
-    return StepOutcome(True)
+    problem = _refusal(sim, run)
+    return StepOutcome(problem is None, error=f"{leg.name}: {problem}" if problem else "")
 
 
 def _cmd_draft_assets(sim: Simulator, run: Run, leg: Leg, script: str,
                       env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+    problem = _refusal(sim, run)
+    if problem:
+        return StepOutcome(False, error=f"{leg.name}: {problem}")
     release = _release(sim, run)
-    if release is not None and not release.draft:
-        return StepOutcome(False, error=f"{leg.name}: Release {run.tag} is already published")
     files["draft.json"] = sorted(release.assets) if release else []
     return StepOutcome(True)
 
@@ -842,9 +892,10 @@ def _local_wheels(files: Mapping[str, Any]) -> dict[str, str]:
 def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
                    files: dict[str, Any]) -> StepOutcome:
     tag = run.tag or ""
+    problem = _refusal(sim, run)
+    if problem:
+        return StepOutcome(False, error=f"{leg.name}: {problem}")
     release = sim.world.releases.setdefault(tag, Release(True, {}))
-    if not release.draft:
-        return StepOutcome(False, error=f"{leg.name}: Release {tag} is already published")
     local = _local_wheels(files)
     for name in draft.plan_add(local, release.assets).upload:
         release.assets[name] = local[name]
@@ -858,6 +909,8 @@ def _cmd_release_status(sim: Simulator, run: Run, leg: Leg, script: str,
     release = sim.world.releases[tag]
     wants = release_status.wanted(sim.catalog, tag)
     absent = release_status.missing(wants, sorted(release.assets))
+    if not release.draft:
+        return StepOutcome(True)  # published (on purpose, if without some): pages lists it
     if absent:
         text = release_status.report(tag, wants, absent, [*release.assets, "SHA256SUMS"])
         return StepOutcome(False, error=f"{leg.name}: {text}\n{release_status._how_to_finish(tag)}")
@@ -959,6 +1012,8 @@ COMMANDS: tuple[tuple[str, CommandModel], ...] = (
     ("make build", _cmd_build),
     ("ci/test_wheel.py", _cmd_test),
     ("cp vision/torchvision-", _cmd_copy_vision),
+    ("ci/tested.py record", _cmd_verdict),
+    ("ci/tested.py select", _cmd_select),
     ("sha256sum", _cmd_sums),
     ("::error title=Unfinished::", _cmd_say),
     ("::warning title=Unpinned", _cmd_noop),
@@ -996,6 +1051,10 @@ def end_state(sim: Simulator) -> str:
             return "published, incomplete (missing " + "; ".join(map(str, gaps)) + ")"
         if sim.world.swapped:
             return "published, replacing published files (" + ", ".join(sim.world.swapped) + ")"
+        unbuilt = sorted(name for name, digest in release.assets.items()
+                         if digest not in sim.world.built)
+        if unbuilt:
+            return "published, with bytes no build job made (" + ", ".join(unbuilt) + ")"
         if any(sim.world.index.get(name) != digest for name, digest in release.assets.items()):
             return "published, not in the index"
         return "published"
@@ -1073,6 +1132,8 @@ def simulate(scenario: Scenario, workflow: Path, catalog: Catalog, version: str,
             sim.world.advance(action.value)
         elif action.kind == "press":
             trace.append(f"press: {sim.press()}")
+        elif action.kind == "publish-subset":
+            trace.append(f"publish-subset: {sim.publish_subset()}")
     return Outcome(scenario.name, end_state(sim), None, tuple(trace))
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from intelmac_torch_builder.core import catalog as catalog_module
 
 from intelmac_torch_builder.ci import publish_check as check
+from intelmac_torch_builder.ci import release_status
 
 
 def test_pages_must_deploy_from_actions() -> None:
@@ -32,12 +35,15 @@ def test_the_environment_must_let_the_tag_deploy() -> None:
     assert check.environment_problem(custom, tags, "release-20261122") is not None
 
 
-def test_a_published_release_is_never_replaced() -> None:
-    assert check.release_problem(None, "v2.14.1-1") is None
-    assert check.release_problem({"isDraft": True}, "v2.14.1-1") is None
-    problem = check.release_problem({"isDraft": False}, "v2.14.1-1")
-    assert problem is not None and "Push v2.14.1-2" in problem
-    assert "release-YYYYMMDD" in str(check.release_problem({"isDraft": False}, "release-20261122"))
+def published_whole(folder: Path, tag: str) -> Path:
+    """The REST API's release list: ``tag`` published with every wheel it must carry."""
+    names = [f"{want.project}-{want.version}-cp{want.python.replace('.', '')}-"
+             f"cp{want.python.replace('.', '')}-macosx_14_0_x86_64.whl"
+             for want in release_status.wanted(catalog_module.load(), tag)]
+    listing = folder / "releases.json"
+    listing.write_text(json.dumps([[{"tag_name": tag, "draft": False,
+                                     "assets": [{"name": name, "id": 1} for name in names]}]]))
+    return listing
 
 
 def stand_in_gh(folder: Path, monkeypatch: pytest.MonkeyPatch, *cases: str) -> None:
@@ -58,11 +64,11 @@ def test_main_asks_gh_and_names_every_fix(tmp_path: Path, monkeypatch: pytest.Mo
         '*deployment-branch-policies) echo \'{"branch_policies": [{"name": "main", "type": "branch"}]}\'',
         '*environments/github-pages) echo \'{"deployment_branch_policy": {"protected_branches": false, '
         '"custom_branch_policies": true}}\'',
-        '"release view"*) echo \'{"isDraft": false}\'')
+        f'*/releases) cat {published_whole(tmp_path, "v2.14.1-1")}')
     assert check.main(["--tag", "v2.14.1-1"]) == 1
     out = capsys.readouterr().out
     assert out.count("::error title=Cannot publish v2.14.1-1::") == 3
-    assert "Source: GitHub Actions" in out and "v* and release-*" in out and "Push v2.14.1-2" in out
+    assert "Source: GitHub Actions" in out and "v* and release-*" in out and "push v2.14.1-2" in out
 
 
 def test_a_setting_the_token_may_not_read_warns_instead_of_blocking(
@@ -71,7 +77,7 @@ def test_a_setting_the_token_may_not_read_warns_instead_of_blocking(
         tmp_path, monkeypatch,
         '*"/pages") echo \'{"build_type": "workflow"}\'',
         '*environments*) echo "gh: Resource not accessible by integration (HTTP 403)" >&2; exit 1',
-        '"release view"*) echo "release not found" >&2; exit 1')
+        "*/releases) echo '[[]]'")
     assert check.main(["--tag", "v2.14.1-1"]) == 0
     out = capsys.readouterr().out
     assert "::warning title=Not checked::the github-pages environment could not be read" in out

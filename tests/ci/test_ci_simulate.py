@@ -76,8 +76,10 @@ def _planted(tmp_path: Path, old: str, new: str) -> Path:
     # The refresh asking the schedule's payload for the default branch saves nothing.
     ("schedule-refresh", "(github.event_name == 'schedule' || github.ref_name == github.event.repository.default_branch)) ||",
      "github.ref_name == github.event.repository.default_branch) ||"),
-    # Publishing whatever passed: the draft never waits for the missing Python.
-    ("one-python-fails", 'run: python -m intelmac_torch_builder.ci.release_status --tag "$TAG" --publish',
+    # Publishing whatever passed: the release goes out without the Python that keeps failing
+    # (once it passes, a re-run adds it to the published release: one-python-fails ends
+    # published either way).
+    ("newest-python-fails", 'run: python -m intelmac_torch_builder.ci.release_status --tag "$TAG" --publish',
      'run: gh release edit "$TAG" --draft=false'),
     # The torch build's record downloaded beside, not into, the line's dist/: the companion
     # build finds no verified torch wheel.
@@ -172,3 +174,30 @@ def test_before_issue_33_on_a_py3_none_line(before: tuple[Path, Path, types.Modu
     outcomes = simulate.run_all(workflow, catalog, "2.15.0", code=_code_before(package, old))
     assert [o.scenario for o in outcomes if o.ok] == ["first-tag-green", "second-tag-same-line"]
     assert all(o.ok for o in simulate.run_all(RELEASE, catalog, "2.15.0"))
+
+
+# --- what attest signs --------------------------------------------------------------------
+
+#: A package the test job installs (not pinned: the test extras) swaps the wheels beside it.
+SWAPPED_IN_TEST = simulate.Scenario(
+    "test-job-swaps-wheels", "a test dependency swaps the tested wheels", (simulate.PUSH,),
+    lambda catalog, version: simulate.Faults(test_swaps=True))
+#: The workflow as merged for issue 33: attest signed the test jobs' uploads.
+SIGNED_TEST_UPLOADS = "11c0038"
+
+
+def test_attest_signs_the_build_jobs_bytes_never_the_test_jobs(
+        tmp_path: Path, catalog: catalog_module.Catalog) -> None:
+    outcome = simulate.simulate(SWAPPED_IN_TEST, RELEASE, catalog, catalog.default_version)
+    assert outcome.state == "failed, says why", outcome.trace
+    assert any("the bytes tested are not the bytes the build job made" in line
+               for line in outcome.trace), outcome.trace
+    shown = subprocess.run(["git", "show", f"{SIGNED_TEST_UPLOADS}:.github/workflows/release.yml"],
+                           cwd=REPO, capture_output=True, text=True, check=False)
+    if shown.returncode != 0:
+        pytest.skip(f"this checkout lacks commit {SIGNED_TEST_UPLOADS}: fetch it")
+    old = tmp_path / "release.yml"
+    old.write_text(shown.stdout)
+    # Seen on that workflow: the swapped bytes were signed and published.
+    before = simulate.simulate(SWAPPED_IN_TEST, old, catalog, catalog.default_version)
+    assert before.state.startswith("published, with bytes no build job made"), before.state
