@@ -42,7 +42,7 @@ from typing import Any
 from ..core import catalog as catalog_module
 from ..core.catalog import Catalog
 from ..core.errors import BuildError
-from . import publish_check, release_status
+from . import release_status, tags
 from .publish_index import gh
 
 SUMS = "SHA256SUMS"
@@ -138,7 +138,7 @@ def refusal(catalog: Catalog, tag: str, release: Release) -> str | None:
     its Pythons on purpose and able to take new files)."""
     if release.state != "published":
         return None
-    following = publish_check.next_build(tag) or "a new release-YYYYMMDD(.N) tag"
+    following = tags.next_build(tag) or "a new release-YYYYMMDD(.N) tag"
     if not release_status.missing(release_status.wanted(catalog, tag), sorted(release.digests)):
         return (f"Release {tag} is published with every wheel; its assets are never replaced. "
                 f"A rebuild takes the next build number: push {following}.")

@@ -29,15 +29,14 @@ import dataclasses
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import features
+from ..core import features, preflight
 from ..core.catalog import Catalog, ReleaseLine
 from ..core.errors import BuildError
-from ..core import preflight
-from . import budget
+from . import budget, draft
+from .tags import versions_for_tag
 
 #: GitHub's x86_64 macOS image (macos-13 was retired in Dec 2025; this one lives to Aug 2027).
 BUILD_RUNNER = "macos-15-intel"
@@ -49,36 +48,6 @@ XCODE_VERSION = "16.4"
 LINUX_RUNNER = "ubuntu-24.04"
 
 KINDS: tuple[str, ...] = ("build", "wheel", "vision", "test", "verify", "regress")
-
-#: ``v<torch line>-<build number>``: release one line, e.g. v2.15.0-1.
-LINE_TAG = re.compile(r"^v(?P<version>\d+\.\d+\.\d+)-(?P<build>[1-9]\d*)$")
-#: ``release-<YYYYMMDD>[.<n>]``: release every catalogued line at once.
-ALL_TAG = re.compile(r"^release-(?P<date>\d{8})(?:\.(?P<n>[1-9]\d*))?$")
-
-
-@dataclass(frozen=True)
-class TagSelection:
-    """What a release tag asks for: the lines to build and the release's name."""
-
-    tag: str
-    versions: tuple[str, ...]
-
-
-def versions_for_tag(catalog: Catalog, tag: str) -> TagSelection:
-    """The lines a tag releases, or a BuildError that says which tags are valid."""
-    tag = tag.removeprefix("refs/tags/")
-    if match := LINE_TAG.match(tag):
-        version = match["version"]
-        catalog.line(version)  # raises CatalogError listing the supported lines
-        return TagSelection(tag, (version,))
-    if ALL_TAG.match(tag):
-        return TagSelection(tag, catalog.versions)
-    raise BuildError(
-        f"'{tag}' is not a release tag.\n"
-        f"Use v<line>-<build> to release one line (e.g. v{catalog.default_version}-1; lines: "
-        f"{', '.join(catalog.versions)}) or release-YYYYMMDD to release every line."
-    )
-
 
 def refuse_unpinned(catalog: Catalog, tag: str, versions: Sequence[str]) -> None:
     """A release ships only wheels built from a tarball whose sha256 was pinned in advance.
@@ -328,8 +297,6 @@ def pending_lines(catalog: Catalog, lines: Sequence[ReleaseLine], tag: str,
                   assets: Sequence[str]) -> tuple[ReleaseLine, ...]:
     """The lines narrowed to the Pythons whose wheels the tag's draft lacks (lines with none
     dropped)."""
-    from . import draft
-
     left = draft.pending_pairs(catalog, tag, assets)
     narrowed = []
     for line in lines:

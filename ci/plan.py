@@ -30,7 +30,7 @@ from packaging.version import Version
 
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
-from . import _args, budget, expressions
+from . import _args, budget, expressions, tags
 from . import matrix as matrix_module
 from .expressions import Unknown
 
@@ -165,7 +165,7 @@ def event_contexts(workflow: Mapping[str, Any], catalog: Catalog, *, event: str 
     if tag:
         if event == "schedule":
             raise BuildError("A scheduled run has no tag: it runs on the default branch.")
-        matrix_module.versions_for_tag(catalog, tag)  # an invalid tag fails like in CI
+        tags.versions_for_tag(catalog, tag)  # an invalid tag fails like in CI
         if event == "push" and not _tag_triggers(workflow, tag):
             raise BuildError(f"{tag} does not trigger this workflow (see its on.push.tags).")
         github.update(ref=f"refs/tags/{tag}", ref_name=tag, ref_type="tag")

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core import catalog as catalog_module
 from ..core.errors import BuildError
-from . import matrix
+from . import draft
+from ._gh import Unreadable, gh_json
 
 ENVIRONMENT = "github-pages"
 SETTINGS = "Settings → Environments → github-pages → Deployment branches and tags"
@@ -73,45 +72,19 @@ def environment_problem(environment: Mapping[str, Any] | None,
 
 def release_problem(tag: str) -> str | None:
     """A published release that can take nothing more (a draft, or none, is finished)."""
-    from . import draft  # draft imports this module
-
     return draft.refusal(catalog_module.load(), tag, draft.read_release("{owner}/{repo}", tag))
-
-
-def next_build(tag: str) -> str | None:
-    match = matrix.LINE_TAG.match(tag)
-    if not match:
-        return None
-    return f"v{match['version']}-{int(match['build']) + 1}"
-
-
-class Unreadable(BuildError):
-    """GitHub refused to show a setting to this job's token (HTTP 401/403)."""
-
-
-def _gh_json(*args: str) -> Any:
-    """``gh`` output as JSON; None when GitHub answers 404 (the thing does not exist)."""
-    result = subprocess.run(["gh", *args], capture_output=True, text=True, check=False)
-    if result.returncode == 0:
-        return json.loads(result.stdout or "null")
-    text = result.stderr + result.stdout
-    if "404" in text or "Not Found" in text or "release not found" in text:
-        return None
-    if "403" in text or "401" in text:
-        raise Unreadable(f"gh {' '.join(args)}: {text.strip()}")
-    raise BuildError(f"gh {' '.join(args)} failed: {text.strip()}")
 
 
 def _environment(tag: str) -> str | None:
     base = f"repos/{{owner}}/{{repo}}/environments/{ENVIRONMENT}"
-    policies = _gh_json("api", f"{base}/deployment-branch-policies") or {}
-    return environment_problem(_gh_json("api", base), policies.get("branch_policies", []), tag)
+    policies = gh_json("api", f"{base}/deployment-branch-policies") or {}
+    return environment_problem(gh_json("api", base), policies.get("branch_policies", []), tag)
 
 
 def problems(tag: str) -> tuple[list[str], list[str]]:
     """(what stops publishing, what could not be read and needs a look by hand)."""
     checks = {
-        "GitHub Pages": lambda: pages_problem(_gh_json("api", "repos/{owner}/{repo}/pages")),
+        "GitHub Pages": lambda: pages_problem(gh_json("api", "repos/{owner}/{repo}/pages")),
         f"the {ENVIRONMENT} environment": lambda: _environment(tag),
         f"release {tag}": lambda: release_problem(tag),
     }

@@ -48,7 +48,7 @@ from ..core.options import FetchSettings
 PROJECT = "torch"
 #: The projects a release carries: torch, and the torchvision built against it.
 PROJECTS = (PROJECT, "torchvision")
-#: The release tags ci/matrix.py accepts (kept in step with its LINE_TAG / ALL_TAG).
+#: The release tags ci/tags.py accepts (kept in step with its LINE_TAG / ALL_TAG).
 TAG = re.compile(r"^(v\d+\.\d+\.\d+-[1-9]\d*|release-\d{8}(\.[1-9]\d*)?)$")
 #: A torch or torchvision wheel file name: name-version[-build]-python-abi-platform.whl.
 WHEEL = re.compile(r"^(?P<project>torch|torchvision)-(?P<version>[A-Za-z0-9.+!_]+)(-\d[A-Za-z0-9_.]*)?"

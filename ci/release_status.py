@@ -29,7 +29,8 @@ from packaging.version import Version
 from ..core import catalog as catalog_module
 from ..core.catalog import Catalog
 from ..core.errors import BuildError
-from . import matrix, publish_check, publish_index
+from . import publish_index, tags
+from ._gh import gh_json
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class Wanted:
 def wanted(catalog: Catalog, tag: str) -> list[Wanted]:
     """Every wheel the release ``tag`` must carry: per line and Python, torch and torchvision."""
     found = []
-    for version in matrix.versions_for_tag(catalog, tag).versions:
+    for version in tags.versions_for_tag(catalog, tag).versions:
         line = catalog.line(version)
         projects = [(line, "torch")]
         if line.companion is not None:
@@ -102,7 +103,7 @@ def _still_without(tag: str, absent: Sequence[Wanted]) -> str:
 
 def _release(tag: str) -> tuple[bool, list[str]] | None:
     """(is it a draft, its asset names), or None when there is no release for ``tag``."""
-    found = publish_check._gh_json("release", "view", tag, "--json", "isDraft,assets")
+    found = gh_json("release", "view", tag, "--json", "isDraft,assets")
     if found is None:
         return None
     return bool(found.get("isDraft")), [str(asset["name"]) for asset in found.get("assets", [])]

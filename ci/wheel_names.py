@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-#: Kept in step with ci/matrix.py's LINE_TAG and ALL_TAG (tests/ci/test_ci_wheel_names.py).
+#: Kept in step with ci/tags.py's LINE_TAG and ALL_TAG (tests/ci/test_ci_wheel_names.py).
 LINE_TAG = re.compile(r"^v(?P<version>\d+\.\d+\.\d+)-(?P<build>[1-9]\d*)$")
 ALL_TAG = re.compile(r"^release-(?P<date>\d{8})(?:\.(?P<n>[1-9]\d*))?$")
 #: name-version[-build]-python-abi-platform.whl (each part without '-', PEP 427).

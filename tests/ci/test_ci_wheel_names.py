@@ -11,7 +11,7 @@ import pytest
 from ci_support import REPO
 from packaging.utils import parse_wheel_filename
 
-from intelmac_torch_builder.ci import matrix, publish_index, wheel_names
+from intelmac_torch_builder.ci import publish_index, tags, wheel_names
 
 TORCH = "torch-2.15.0+intelmac-cp312-cp312-macosx_14_0_x86_64.whl"
 VISION = "torchvision-0.29.2+intelmac-py3-none-any.whl"
@@ -38,10 +38,10 @@ def test_later_builds_sort_higher_for_pip() -> None:
     assert builds == sorted(builds)
 
 
-def test_the_tags_match_the_matrix_s() -> None:
+def test_the_tags_match_ci_tags() -> None:
     """wheel_names is standard library only, so it keeps its own copy of the tag patterns."""
-    assert wheel_names.LINE_TAG.pattern == matrix.LINE_TAG.pattern
-    assert wheel_names.ALL_TAG.pattern == matrix.ALL_TAG.pattern
+    assert wheel_names.LINE_TAG.pattern == tags.LINE_TAG.pattern
+    assert wheel_names.ALL_TAG.pattern == tags.ALL_TAG.pattern
 
 
 def test_renames_only_the_names_and_is_idempotent(tmp_path: Path) -> None:
