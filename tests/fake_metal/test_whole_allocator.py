@@ -61,9 +61,11 @@ def whole_library(fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory
     series = _series()
     lt = objc_lines.prepare("2.6.0", series, work / "prep")
     # exact_260_file fails under CI=true/INTELMAC_REQUIRE_WHEELS=1 when the tree is missing
-    upstream_mm = conftest.patched_260_file("aten/src/ATen/mps/MPSAllocator.mm", series, work / "mm")
+    upstream_mm = conftest.patched_260_file(alloc_build.ALLOCATOR_MM, series, work / "mm")
+    hooks_mm = conftest.patched_260_file(alloc_build.HOOKS_MM, series, work / "hooks")
     return alloc_build.whole_allocator_library(lt.tree, lt.wheel_include, objc_lines.cxx_standard("2.6.0"),
-                                               fake_metal_lib, conftest.torch_lib_dir(), work / "build", upstream_mm)
+                                               fake_metal_lib, conftest.torch_lib_dir(), work / "build", upstream_mm,
+                                               hooks_mm)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +144,23 @@ def test_scalars_and_pinned_memory_where_the_line_has_them(results: dict[str, di
     else:
         assert "scalar" not in r  # 2.6.0 writes scalars through an MPSNDArray there
         assert r["pinned"]["block"] == {"error": "no shared allocator on this device"}
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+def test_pin_memory_refuses_clearly_without_unified_memory(results: dict[str, dict[str, Any]], gpu: str) -> None:
+    """Issue 35, finding 3: tensor.pin_memory() on 2.6.0 asks MPSHooks::getPinnedMemoryAllocator,
+    which returned upstream's null shared allocator on an AMD GPU (the Storage built on it
+    crashes). Patch 0012 refuses there with an error that says why and what to do; an Intel
+    or Apple GPU still gets the shared allocator. tensor.is_pinned() asks the allocator
+    object itself, never null: False for ordinary memory on every GPU."""
+    r = results[gpu]
+    assert r["is_pinned_cpu_memory"] == 0, r
+    if GPUS[gpu]["unified_memory"]:
+        assert r["pin_memory_allocator"] == {"allocator": "shared"}, r["pin_memory_allocator"]
+        return
+    error = r["pin_memory_allocator"].get("error", "")
+    assert "no unified memory" in error and "no pinned memory" in error, r["pin_memory_allocator"]
+    assert "Drop the pin_memory() call" in error and "pin_memory=False" in error, error
 
 
 @pytest.mark.parametrize("gpu", list(GPUS))

@@ -205,6 +205,11 @@ at::mps::IMPSAllocator* allocator(int shared) {
 
 } // namespace
 
+namespace at::mps {
+// MPSHooks::getPinnedMemoryAllocator's body as the series leaves it (alloc_build.pinned_memory_hook)
+c10::Allocator* intelmac_whole_pinned_memory_allocator();
+} // namespace at::mps
+
 extern "C" {
 
 const char* whole_alloc_in_pool(int kind, uint64_t size);
@@ -246,6 +251,26 @@ const char* whole_alloc_in_pool(int kind, uint64_t size) {
   } catch (const c10::Error& e) {
     return give("{\"error\": " + quoted(e.what_without_backtrace()) + "}");
   }
+}
+
+// What tensor.pin_memory() gets from MPSHooks::getPinnedMemoryAllocator:
+// {"allocator": "shared"} (the shared allocator), {"allocator": null} or {"error": message}.
+const char* whole_pinned_memory_allocator() {
+  try {
+    c10::Allocator* got = at::mps::intelmac_whole_pinned_memory_allocator();
+    if (got == nullptr) {
+      return give("{\"allocator\": null}");
+    }
+    return give(got == allocator(1) ? "{\"allocator\": \"shared\"}" : "{\"allocator\": \"other\"}");
+  } catch (const c10::Error& e) {
+    return give("{\"error\": " + quoted(e.what_without_backtrace()) + "}");
+  }
+}
+
+// What tensor.is_pinned() answers for ordinary CPU memory (upstream's isMPSPinnedPtr).
+int whole_is_pinned_cpu_memory() {
+  std::string ordinary(64, 'x');
+  return at::mps::isMPSPinnedPtr(ordinary.data()) ? 1 : 0;
 }
 
 // The CPU's view of a live block: shared buffers only (upstream maps them for pinned memory).
