@@ -19,29 +19,20 @@
 #include <ATen/mps/MPSStream.h>
 #include <c10/util/Exception.h>
 
+#include "json_text.h"
+#include "device_stand_in.h"
+
 #include <array>
 #include <cstdio>
 #include <string>
 
-namespace at::mps {
-
-MPSDevice* MPSDevice::_device = nullptr;
-
-MPSDevice* MPSDevice::getInstance() {
-  static MPSDevice device;
-  return &device;
-}
-
-MPSDevice::MPSDevice() : _mtl_device(nil) {
+// the only device configured
+id<MTLDevice> intelmac_test::stand_in_device() {
   NSArray* devices = [MTLCopyAllDevices() autorelease];
-  if ([devices count] > 0) {
-    _mtl_device = [[devices objectAtIndex:0] retain];
-  }
+  return [devices count] > 0 ? [devices objectAtIndex:0] : nil;
 }
 
-MPSDevice::~MPSDevice() {
-  [_mtl_device release];
-}
+namespace at::mps {
 
 MPSStream::MPSStream(Stream stream) : _stream(stream) {}
 
@@ -117,20 +108,7 @@ void MPSGuardImpl::recordDataPtrOnStream(const c10::DataPtr&, const Stream&) con
 
 namespace {
 
-std::string quoted(const std::string& text) {
-  std::string q = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      q += '\\';
-      q += c;
-    } else if (c == '\n') {
-      q += "\\n";
-    } else if (static_cast<unsigned char>(c) >= 0x20) {
-      q += c;
-    }
-  }
-  return q + "\"";
-}
+using intelmac_test::quoted;
 
 // One exchangeStream: {"to": id, "returned": id} or {"to": id, "error": message}, and the
 // current stream's id afterwards.
