@@ -449,7 +449,13 @@ class Simulator:
             if "run" in raw:
                 script = plan._substitute_env(expressions.to_string(
                     expressions.interpolate(raw["run"], {**local, "env": step_env})), step_env)
-            outcome = self._run_step(run, job_id, leg, raw, with_, script, step_env, files)
+            folder = raw.get("working-directory")
+            if folder and not any(key.startswith(f"{folder}/") for key in files):
+                # GitHub starts no shell in a folder that does not exist: the step fails.
+                outcome = StepOutcome(False, error=f"{name}: working directory {folder} does "
+                                      "not exist (No such file or directory)")
+            else:
+                outcome = self._run_step(run, job_id, leg, raw, with_, script, step_env, files)
             limit = float(raw.get("timeout-minutes", timeout))
             if outcome.minutes > limit:
                 outcome = StepOutcome(False, {}, f"{name}: '{raw.get('name', raw.get('uses'))}' "
@@ -849,6 +855,17 @@ def _release(sim: Simulator, run: Run) -> Release | None:
     return sim.world.releases.get(run.tag or "")
 
 
+def _seen_release(sim: Simulator, run: Run, env: Mapping[str, str]) -> Release | None:
+    """The tag's release as the step's job sees it: GitHub lists a draft only to a token
+    with push access (REST API, 'List releases'), so a job without ``contents: write`` sees
+    none."""
+    release = _release(sim, run)
+    permissions = sim.jobs[env["GITHUB_JOB"]].get("permissions") or {}
+    if release is not None and release.draft and permissions.get("contents") != "write":
+        return None
+    return release
+
+
 def _refusal(sim: Simulator, run: Run) -> str | None:
     """ci/draft.py's refusal of a published release that can take nothing (its own function)."""
     release = _release(sim, run)
@@ -869,7 +886,7 @@ def _cmd_draft_assets(sim: Simulator, run: Run, leg: Leg, script: str,
     problem = _refusal(sim, run)
     if problem:
         return StepOutcome(False, error=f"{leg.name}: {problem}")
-    release = _release(sim, run)
+    release = _seen_release(sim, run, env)
     files["draft.json"] = sorted(release.assets) if release else []
     return StepOutcome(True)
 

@@ -201,3 +201,19 @@ def test_attest_signs_the_build_jobs_bytes_never_the_test_jobs(
     # Seen on that workflow: the swapped bytes were signed and published.
     before = simulate.simulate(SWAPPED_IN_TEST, old, catalog, catalog.default_version)
     assert before.state.startswith("published, with bytes no build job made"), before.state
+
+
+def test_a_later_run_publishes_a_whole_draft_without_building(
+        catalog: catalog_module.Catalog) -> None:
+    """The draft holds every wheel but stayed a draft (its publish step failed, then the
+    run's re-run window closed): a run on the tag sees the draft, builds nothing, publishes."""
+    sim = simulate.Simulator(RELEASE, catalog, catalog.default_version, simulate.Faults())
+    tag = f"v{catalog.default_version}-1"
+    sim.push(1)
+    release = sim.world.releases[tag]
+    assert not release.draft and release.assets
+    release.draft = True  # `release_status --publish` failed after `draft add` finished
+    sim.world.advance((simulate.RERUN_DAYS + 1) * 24)
+    run = sim.dispatch_on_tag(tag)
+    assert run.jobs["wheel"].result == "skipped", run.jobs["matrix"].outputs
+    assert simulate.end_state(sim) == "published", run.errors()

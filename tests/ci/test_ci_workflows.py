@@ -144,6 +144,7 @@ def test_permissions_are_least_privilege() -> None:
     writers = {name: sorted(scope for scope, level in perms.items() if level == "write")
                for name, perms in granted.items() if "write" in perms.values()}
     assert writers == {
+        "release.yml:matrix": ["contents"],  # reads the tag's draft: push access only
         "release.yml:attest": ["attestations", "id-token"],
         "release.yml:release": ["contents"],
         "release.yml:pages": ["id-token", "pages"],
