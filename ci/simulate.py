@@ -20,7 +20,11 @@ presses the button the run's error messages name:
   for 7 days is removed, and beyond 10 GB the least recently used go first;
 * **concurrency**: runs of one group queue (``cancel-in-progress: false``); the scenarios
   run one after another, so none is cancelled, and a group that would cancel is an error;
-* **timeouts**: a step past its ``timeout-minutes`` fails; a job past its own is cut off.
+* **timeouts**: a step past its ``timeout-minutes`` fails; a job past its own is cut off;
+* **working-directory**: a step whose folder does not exist fails (download-artifact makes
+  none when no artifact matches its pattern);
+* **draft releases** (REST API, *List releases*): listed only to a token with push access,
+  so a job without ``contents: write`` sees no draft of its tag.
 
 What the workflow's own commands do is modelled here step by step (``_run_step``). The
 decisions of our own code are the real functions: ``ci.warmup`` (next, ready, pick),
