@@ -151,6 +151,8 @@ class Faults:
     index_errors: int = 0  # attempts in which one SHA256SUMS download fails
     # A package the test job installs (unpinned) swaps the wheels beside it for other bytes.
     test_swaps: bool = False
+    # Attempts in which warm-up job 1's compile fails (exit != 0: a full disk, a download).
+    warmup_fails: int = 0
 
 
 @dataclass(frozen=True)
@@ -708,9 +710,14 @@ def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[s
     need = sim.faults.compile_boxes
     gated_python = "make build" in script and "PYTHON=" in script  # the older warm-up: one
     # Python's whole make build (repair and verify too) is the gate
+    python = env.get("PYTHON", "")
+    if stage == 1 and not gated_python and sim.faults.warmup_fails >= sim.attempts:
+        state = warmup.State(stage, warmup.FAILED, 2, box * 0.1, box)
+        files["state/warmup.json"] = state.__dict__
+        return StepOutcome(False, {"outcome": warmup.FAILED},
+                           f"{leg.name}: the compile failed (exit 2)", minutes=box * 0.1)
     done = min(need, done + 1.0)
     files[f"{CCACHE}/ccache"] = {"boxes": done}
-    python = env.get("PYTHON", "")
     if done >= need:
         if gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
             state = warmup.State(stage, warmup.FAILED, 1, box, box)

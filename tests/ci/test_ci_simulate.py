@@ -217,3 +217,17 @@ def test_a_later_run_publishes_a_whole_draft_without_building(
     run = sim.dispatch_on_tag(tag)
     assert run.jobs["wheel"].result == "skipped", run.jobs["matrix"].outputs
     assert simulate.end_state(sim) == "published", run.errors()
+
+
+WARMUP_FAILS = simulate.Scenario(
+    "warmup-1-fails", "warm-up job 1's compile fails once (a passing cause); then the button",
+    (simulate.PUSH, simulate.PRESS), lambda catalog, version: simulate.Faults(warmup_fails=1))
+
+
+def test_the_button_after_a_failed_first_warmup_job_finishes_the_release(
+        catalog: catalog_module.Catalog) -> None:
+    """Its error says to press 'Re-run failed jobs' for a passing cause. A failed job hands
+    on no compiler cache, and job 1 of a run has no earlier one: the re-run starts from the
+    actions cache instead of failing on the missing artifact."""
+    outcome = simulate.simulate(WARMUP_FAILS, RELEASE, catalog, catalog.default_version)
+    assert outcome.pressed_rerun and outcome.state == "published", outcome.trace
