@@ -193,3 +193,14 @@ def test_a_published_release_that_can_take_nothing_is_refused(
     out = capsys.readouterr().out
     assert says in out and "push v2.15.0-2" in out
     assert _held(state) == held
+
+
+def test_a_binary_mode_sums_line_is_read_as_the_wheel_it_names() -> None:
+    """``sha256sum -b`` and ``shasum -b`` write '<sha256> *<name>': that wheel is in the file,
+    so no second line is added, and other bytes for it are a clash."""
+    digest = hashlib.sha256(b"torch").hexdigest()
+    existing = f"{digest} *torch-2.15.0-cp312-cp312-macosx_14_0_x86_64.whl\n"
+    assert draft.sums_entries(existing) == {"torch-2.15.0-cp312-cp312-macosx_14_0_x86_64.whl": digest}
+    assert draft.merge_sums(existing, {"torch-2.15.0-cp312-cp312-macosx_14_0_x86_64.whl": digest}) == existing
+    with pytest.raises(BuildError, match="another sha256"):
+        draft.merge_sums(existing, {"torch-2.15.0-cp312-cp312-macosx_14_0_x86_64.whl": "0" * 64})
