@@ -192,8 +192,10 @@ def _cmd_add(repo: str, tag: str, folder: Path) -> int:
     check = read_release(repo, tag)
     wrong = [name for name in plan.upload if check.digests.get(name) != local[name]]
     if wrong:
-        raise BuildError(f"The release's {', '.join(wrong)} do not have the sha256 uploaded; "
-                         "press 'Re-run failed jobs'.")
+        # A re-run never replaces a file the release holds: the bad copy goes first.
+        deletes = "; ".join(f"gh release delete-asset {tag} {name} --yes" for name in wrong)
+        raise BuildError(f"The release's {', '.join(wrong)} arrived with other bytes than were "
+                         f"uploaded. Delete them ({deletes}), then press 'Re-run failed jobs'.")
     print(f"{tag}: added {len(plan.upload)} wheels; the release holds {len(digests)}")
     return 0
 
