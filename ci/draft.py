@@ -42,7 +42,7 @@ from typing import Any
 from ..core import catalog as catalog_module
 from ..core.catalog import Catalog
 from ..core.errors import BuildError
-from . import release_status, tags
+from . import publish_index, release_status, tags
 from .publish_index import gh
 
 SUMS = "SHA256SUMS"
@@ -76,9 +76,9 @@ def sums_entries(text: str) -> dict[str, str]:
     """The wheel name -> sha256 of a SHA256SUMS file (a ``*`` before the name is binary mode)."""
     found = {}
     for line in text.splitlines():
-        digest, _, name = line.partition("  ")
-        if len(digest) == 64 and name:
-            found[name.lstrip("*")] = digest.lower()
+        # The index reads the file with the same pattern: both see the same wheels.
+        if match := publish_index.SUMS_LINE.match(line):
+            found[match["name"]] = match["sha256"]
     return found
 
 
@@ -192,8 +192,10 @@ def _cmd_add(repo: str, tag: str, folder: Path) -> int:
     check = read_release(repo, tag)
     wrong = [name for name in plan.upload if check.digests.get(name) != local[name]]
     if wrong:
-        raise BuildError(f"The release's {', '.join(wrong)} do not have the sha256 uploaded; "
-                         "press 'Re-run failed jobs'.")
+        # A re-run never replaces a file the release holds: the bad copy goes first.
+        deletes = "; ".join(f"gh release delete-asset {tag} {name} --yes" for name in wrong)
+        raise BuildError(f"The release's {', '.join(wrong)} arrived with other bytes than were "
+                         f"uploaded. Delete them ({deletes}), then press 'Re-run failed jobs'.")
     print(f"{tag}: added {len(plan.upload)} wheels; the release holds {len(digests)}")
     return 0
 

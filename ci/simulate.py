@@ -20,7 +20,11 @@ presses the button the run's error messages name:
   for 7 days is removed, and beyond 10 GB the least recently used go first;
 * **concurrency**: runs of one group queue (``cancel-in-progress: false``); the scenarios
   run one after another, so none is cancelled, and a group that would cancel is an error;
-* **timeouts**: a step past its ``timeout-minutes`` fails; a job past its own is cut off.
+* **timeouts**: a step past its ``timeout-minutes`` fails; a job past its own is cut off;
+* **working-directory**: a step whose folder does not exist fails (download-artifact makes
+  none when no artifact matches its pattern);
+* **draft releases** (REST API, *List releases*): listed only to a token with push access,
+  so a job without ``contents: write`` sees no draft of its tag.
 
 What the workflow's own commands do is modelled here step by step (``_run_step``). The
 decisions of our own code are the real functions: ``ci.warmup`` (next, ready, pick),
@@ -147,6 +151,8 @@ class Faults:
     index_errors: int = 0  # attempts in which one SHA256SUMS download fails
     # A package the test job installs (unpinned) swaps the wheels beside it for other bytes.
     test_swaps: bool = False
+    # Attempts in which warm-up job 1's compile fails (exit != 0: a full disk, a download).
+    warmup_fails: int = 0
 
 
 @dataclass(frozen=True)
@@ -449,7 +455,13 @@ class Simulator:
             if "run" in raw:
                 script = plan._substitute_env(expressions.to_string(
                     expressions.interpolate(raw["run"], {**local, "env": step_env})), step_env)
-            outcome = self._run_step(run, job_id, leg, raw, with_, script, step_env, files)
+            folder = raw.get("working-directory")
+            if folder and not any(key.startswith(f"{folder}/") for key in files):
+                # GitHub starts no shell in a folder that does not exist: the step fails.
+                outcome = StepOutcome(False, error=f"{name}: working directory {folder} does "
+                                      "not exist (No such file or directory)")
+            else:
+                outcome = self._run_step(run, job_id, leg, raw, with_, script, step_env, files)
             limit = float(raw.get("timeout-minutes", timeout))
             if outcome.minutes > limit:
                 outcome = StepOutcome(False, {}, f"{name}: '{raw.get('name', raw.get('uses'))}' "
@@ -698,9 +710,14 @@ def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[s
     need = sim.faults.compile_boxes
     gated_python = "make build" in script and "PYTHON=" in script  # the older warm-up: one
     # Python's whole make build (repair and verify too) is the gate
+    python = env.get("PYTHON", "")
+    if stage == 1 and not gated_python and sim.faults.warmup_fails >= sim.attempts:
+        state = warmup.State(stage, warmup.FAILED, 2, box * 0.1, box)
+        files["state/warmup.json"] = state.__dict__
+        return StepOutcome(False, {"outcome": warmup.FAILED},
+                           f"{leg.name}: the compile failed (exit 2)", minutes=box * 0.1)
     done = min(need, done + 1.0)
     files[f"{CCACHE}/ccache"] = {"boxes": done}
-    python = env.get("PYTHON", "")
     if done >= need:
         if gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
             state = warmup.State(stage, warmup.FAILED, 1, box, box)
@@ -849,6 +866,17 @@ def _release(sim: Simulator, run: Run) -> Release | None:
     return sim.world.releases.get(run.tag or "")
 
 
+def _seen_release(sim: Simulator, run: Run, env: Mapping[str, str]) -> Release | None:
+    """The tag's release as the step's job sees it: GitHub lists a draft only to a token
+    with push access (REST API, 'List releases'), so a job without ``contents: write`` sees
+    none."""
+    release = _release(sim, run)
+    permissions = sim.jobs[env["GITHUB_JOB"]].get("permissions") or {}
+    if release is not None and release.draft and permissions.get("contents") != "write":
+        return None
+    return release
+
+
 def _refusal(sim: Simulator, run: Run) -> str | None:
     """ci/draft.py's refusal of a published release that can take nothing (its own function)."""
     release = _release(sim, run)
@@ -869,7 +897,7 @@ def _cmd_draft_assets(sim: Simulator, run: Run, leg: Leg, script: str,
     problem = _refusal(sim, run)
     if problem:
         return StepOutcome(False, error=f"{leg.name}: {problem}")
-    release = _release(sim, run)
+    release = _seen_release(sim, run, env)
     files["draft.json"] = sorted(release.assets) if release else []
     return StepOutcome(True)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,7 +71,7 @@ def test_merge_sums_keeps_each_line_and_adds_the_new_ones() -> None:
 # --- add, against a stand-in gh that keeps a release's files --------------------------------
 
 GH = r'''#!{python}
-import hashlib, json, shutil, sys
+import hashlib, json, os, shutil, sys
 from pathlib import Path
 state_path = Path({state!r})
 state = json.loads(state_path.read_text())
@@ -93,11 +95,16 @@ elif args[:2] == ["release", "upload"]:
             if "--clobber" not in args:
                 sys.exit(f"asset {{kept.name}} already exists")
             release["assets"] = [a for a in release["assets"] if a["name"] != kept.name]
-        shutil.copyfile(name, kept)
+        if os.environ.get("GH_CORRUPT") == kept.name:  # the upload arrives with other bytes
+            kept.write_bytes(b"corrupt")
+        else:
+            shutil.copyfile(name, kept)
         digest = hashlib.sha256(kept.read_bytes()).hexdigest()
         release["assets"].append({{"name": kept.name, "id": len(state["ids"]) + 1,
                                    "digest": "sha256:" + digest, "file": str(kept)}})
         state["ids"].append(kept.name)
+elif args[:2] == ["release", "delete-asset"]:
+    release["assets"] = [a for a in release["assets"] if a["name"] != args[3]]
 else:
     sys.exit("unexpected: " + " ".join(args))
 state_path.write_text(json.dumps(state))
@@ -193,3 +200,33 @@ def test_a_published_release_that_can_take_nothing_is_refused(
     out = capsys.readouterr().out
     assert says in out and "push v2.15.0-2" in out
     assert _held(state) == held
+
+
+def test_a_binary_mode_sums_line_is_read_as_the_wheel_it_names() -> None:
+    """``sha256sum -b`` and ``shasum -b`` write '<sha256> *<name>': that wheel is in the file,
+    so no second line is added, and other bytes for it are a clash."""
+    digest = hashlib.sha256(b"torch").hexdigest()
+    existing = f"{digest} *torch-2.15.0-cp312-cp312-macosx_14_0_x86_64.whl\n"
+    assert draft.sums_entries(existing) == {"torch-2.15.0-cp312-cp312-macosx_14_0_x86_64.whl": digest}
+    assert draft.merge_sums(existing, {"torch-2.15.0-cp312-cp312-macosx_14_0_x86_64.whl": digest}) == existing
+    with pytest.raises(BuildError, match="another sha256"):
+        draft.merge_sums(existing, {"torch-2.15.0-cp312-cp312-macosx_14_0_x86_64.whl": "0" * 64})
+
+
+def test_a_wheel_that_arrived_with_other_bytes_is_fixed_as_the_error_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A re-run never replaces a file the draft holds, so the error must say to delete the
+    bad one first; doing what it says, then the re-run, leaves the right bytes."""
+    state = stand_in_release(tmp_path, monkeypatch, True, {})
+    dist = _dist(tmp_path, {"a.whl": b"a"})
+    add = ["add", "--tag", "v2.15.0-1", "--dir", str(dist), "--repo", "me/r"]
+    monkeypatch.setenv("GH_CORRUPT", "a.whl")
+    assert draft.main(add) == 1
+    out = capsys.readouterr().out
+    advice = re.findall(r"gh release delete-asset \S+ \S+ --yes", out)
+    assert advice, out
+    monkeypatch.delenv("GH_CORRUPT")
+    for command in advice:
+        subprocess.run(command.split(), check=True)
+    assert draft.main(add) == 0
+    assert _held(state) == {"a.whl": b"a", "SHA256SUMS": _sums({"a.whl": b"a"})}

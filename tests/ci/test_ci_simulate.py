@@ -201,3 +201,33 @@ def test_attest_signs_the_build_jobs_bytes_never_the_test_jobs(
     # Seen on that workflow: the swapped bytes were signed and published.
     before = simulate.simulate(SWAPPED_IN_TEST, old, catalog, catalog.default_version)
     assert before.state.startswith("published, with bytes no build job made"), before.state
+
+
+def test_a_later_run_publishes_a_whole_draft_without_building(
+        catalog: catalog_module.Catalog) -> None:
+    """The draft holds every wheel but stayed a draft (its publish step failed, then the
+    run's re-run window closed): a run on the tag sees the draft, builds nothing, publishes."""
+    sim = simulate.Simulator(RELEASE, catalog, catalog.default_version, simulate.Faults())
+    tag = f"v{catalog.default_version}-1"
+    sim.push(1)
+    release = sim.world.releases[tag]
+    assert not release.draft and release.assets
+    release.draft = True  # `release_status --publish` failed after `draft add` finished
+    sim.world.advance((simulate.RERUN_DAYS + 1) * 24)
+    run = sim.dispatch_on_tag(tag)
+    assert run.jobs["wheel"].result == "skipped", run.jobs["matrix"].outputs
+    assert simulate.end_state(sim) == "published", run.errors()
+
+
+WARMUP_FAILS = simulate.Scenario(
+    "warmup-1-fails", "warm-up job 1's compile fails once (a passing cause); then the button",
+    (simulate.PUSH, simulate.PRESS), lambda catalog, version: simulate.Faults(warmup_fails=1))
+
+
+def test_the_button_after_a_failed_first_warmup_job_finishes_the_release(
+        catalog: catalog_module.Catalog) -> None:
+    """Its error says to press 'Re-run failed jobs' for a passing cause. A failed job hands
+    on no compiler cache, and job 1 of a run has no earlier one: the re-run starts from the
+    actions cache instead of failing on the missing artifact."""
+    outcome = simulate.simulate(WARMUP_FAILS, RELEASE, catalog, catalog.default_version)
+    assert outcome.pressed_rerun and outcome.state == "published", outcome.trace

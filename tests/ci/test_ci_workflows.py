@@ -144,6 +144,7 @@ def test_permissions_are_least_privilege() -> None:
     writers = {name: sorted(scope for scope, level in perms.items() if level == "write")
                for name, perms in granted.items() if "write" in perms.values()}
     assert writers == {
+        "release.yml:matrix": ["contents"],  # reads the tag's draft: push access only
         "release.yml:attest": ["attestations", "id-token"],
         "release.yml:release": ["contents"],
         "release.yml:pages": ["id-token", "pages"],
@@ -294,3 +295,15 @@ def test_warmup_jobs_are_chained_and_as_many_as_the_model_allows() -> None:
         assert jobs[later]["if"].startswith("${{ !cancelled()")
         assert jobs[later]["steps"] == jobs["warmup"]["steps"]
     assert chain[-1] in jobs["wheel"]["needs"]
+
+
+def test_the_xcode_step_names_the_catalog_field_the_matrix_reads() -> None:
+    """A runner image without the line's Xcode: the error names the field to change, the one
+    the matrix's xcode comes from (ci/matrix.py: line.xcode.runner)."""
+    steps = load_workflow(WORKFLOWS / "release.yml")["jobs"]["warmup"]["steps"]
+    script = next(step["run"] for step in steps if "xcode-select" in step.get("run", ""))
+    named = re.search(r"the line's (xcode\.\w+) in patches/catalog\.yaml", script)
+    assert named, script
+    for line in catalog_module.load().lines:
+        assert line.xcode is not None
+        assert getattr(line.xcode, named.group(1).split(".")[1]) == line.xcode.runner

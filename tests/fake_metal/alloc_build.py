@@ -167,3 +167,24 @@ def whole_allocator_library(tree: Path, wheel_include: Path, std: str, fake_lib:
         str(fake_lib), f"-L{torch_lib}", "-lc10", f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{fake_lib.parent}",
         "-Wl,-Bsymbolic", "-Wl,--no-undefined", *build.LINK_LIBS,
     ])
+
+
+GUARD_STREAMS = ALLOC / "guard_streams.mm"
+
+
+def guard_streams_program(tree: Path, wheel_include: Path, std: str, fake_lib: Path, torch_lib: Path,
+                          work: Path) -> Path:
+    """guard_streams: 2.15.0's patched MPSGuardImpl.h (in ``tree``, with the line's own
+    headers), our MPSHeapStorage.mm and ``alloc/guard_streams.mm`` (its stand-ins and main)."""
+    work.mkdir(parents=True, exist_ok=True)
+    includes = [f"-I{tree / 'aten' / 'src'}", f"-I{build.INCLUDE}", f"-I{MPS_STAND_INS}",
+                "-isystem", str(wheel_include)]
+    objects = [
+        build.compile_objcxx(tree / "aten/src/ATen/mps/MPSHeapStorage.mm", work / "MPSHeapStorage.o", includes, std),
+        build.compile_objcxx(GUARD_STREAMS, work / "guard_streams.o", includes, std),
+    ]
+    # libtorch_cpu: the header's inline deviceCount() asks at::hasMPS()
+    return build.link(work / "guard_streams", objects, [
+        str(fake_lib), f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}",
+        f"-Wl,-rpath,{fake_lib.parent}", *build.LINK_LIBS,
+    ], program=True)

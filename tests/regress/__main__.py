@@ -400,6 +400,9 @@ class RunState:
     hangs: _stream.RunHangs = field(default_factory=_stream.RunHangs)
     plant_armed: bool = True
     startup_hung: str | None = None
+    # The (op, at) of each row the planted hang made: its process wrote HANG_MARK. Any other
+    # hang of the run is a real one, reported as such.
+    planted: set[tuple[str, str]] = field(default_factory=set)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -547,22 +550,29 @@ def run_group(
             if not run.plant_armed:
                 env.pop(_faults.HANG_ENV, None)  # the planted hang is spent (one per run)
             state.write_text(json.dumps(run.hangs.as_dict()), encoding="utf-8")
+            err_before = err.stat().st_size if err.exists() else 0
             att = _attempt(cmd, env, out, err, timeout, run.stop)
             if att.startup_seconds is not None:
                 startups.append(att.startup_seconds)
             finished = _stream.read(out)
             if att.stopped != "hang":
                 break
+            planted = run.plant_armed and _faults.HANG_MARK in err.read_bytes()[err_before:].decode(
+                "utf-8", errors="replace")
             run.plant_armed = False
             # What was running: a set-up step, a check (or both: a step inside a check).
             if finished.step is not None:
                 note = (f"no output within {timeout:g} s (--check-timeout) in set-up step "
                         f"'{finished.step}'; not run again in this run")  # fmt: skip
                 setup_hangs.append({"step": finished.step, "detail": note, "stack": _innermost(att.stack)})
+                if planted:
+                    run.planted.add((f"set-up: {finished.step}", ""))
                 run.hangs.steps[finished.step] = f"group {name}"
             if finished.in_flight is not None:
                 section, row = finished.in_flight
                 hung = _hang_row(row, finished.at, timeout, _innermost(att.stack))
+                if planted:
+                    run.planted.add((_stream.row_name(hung), str(hung.get("at") or "")))
                 hangs.append(_stream.row_name(row))
                 run.hangs.ops.setdefault(_stream.op_key(_stream.row_name(row)), _where(name, row))
                 with out.open("a", encoding="utf-8") as fh:
@@ -573,6 +583,8 @@ def run_group(
                 # Nothing named: the Python stack says where. Started again, the group would
                 # run the same code again; it ends here instead (one timeout).
                 inner = _innermost(att.stack)
+                if planted:
+                    run.planted.add((f"group {name}", ""))
                 between = (f"no output within {timeout:g} s (--check-timeout) between checks"
                            + (f", after {finished.last_row}" if finished.last_row else ", before any check")
                            + (f"; Python stack: {inner}" if inner else ""))  # fmt: skip
@@ -728,13 +740,17 @@ def _self_test(
 
 
 def _planted_hang(
-    op: str | None, self_test: dict[str, Any] | None, rows: list[dict[str, Any]]
+    op: str | None, self_test: dict[str, Any] | None, rows: list[dict[str, Any]],
+    planted: set[tuple[str, str]],
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """With INTELMAC_REGRESS_PLANT_HANG, the hang rows are the planted fault's: caught when
-    there is one (whichever check first called the op)."""
+    """With INTELMAC_REGRESS_PLANT_HANG, the hang rows the plant made (`planted`, their
+    (op, at): RunState.planted) are the fault's: caught when there is one (whichever check
+    first called the op). Every other hang row stays unexpected: a real hang is never
+    counted as the plant."""
     if op is None:
         return self_test, rows
-    hung = [r for r in rows if r["status"] == "hang"]
+    hung = [r for r in rows if r["status"] == "hang"
+            and (str(r.get("op", "")), str(r.get("at") or "")) in planted]
     record = self_test or {"planted": [], "planted_op": f"hang:{op}", "relative_noise": 0.0,
                            "caught": True, "missed": [], "caught_in": []}  # fmt: skip
     record["planted"].append({"op": op, "relative": 0.0, "mode": "hang"})
@@ -914,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
     unexpected += _hangs_outside_checks(groups)
     xpass = [r for r in results + reports if r["status"] == "xpass"]
     self_test, unexpected = _self_test(faults, unexpected)
-    self_test, unexpected = _planted_hang(_faults.hang_from_env(), self_test, unexpected)
+    self_test, unexpected = _planted_hang(_faults.hang_from_env(), self_test, unexpected, run.planted)
     if self_test is not None and kernel_faults:
         self_test["kernel_faults"] = kernel_faults
         # Where each kernel fault fired, and, for the size-only ones, how the OpInfo rows of

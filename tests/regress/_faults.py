@@ -61,6 +61,9 @@ import torch
 
 ENV = "INTELMAC_REGRESS_KERNEL_FAULT"
 HANG_ENV = "INTELMAC_REGRESS_PLANT_HANG"
+#: What the planted hang writes to the group's stderr as it fires: the parent tells the
+#: planted hang from a real one by it (__main__.run_group).
+HANG_MARK = "regress: planted hang:"
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,7 @@ def _hang_mode(device: str, op: str) -> Any:
             ):
                 self.spent = True
                 for out in (sys.stdout, sys.stderr):  # the log, and the group's stderr tail
-                    print(f"regress: planted hang: {func} never returns ({HANG_ENV})",
+                    print(f"{HANG_MARK} {func} never returns ({HANG_ENV})",
                           file=out, flush=True)  # fmt: skip
                 threading.Event().wait()  # until the parent stops this process
             return func(*args, **kwargs)

@@ -4,6 +4,7 @@ ends by itself. Ctrl-C, SIGTERM and SIGHUP: tests/regress/test_stops.py."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -132,3 +133,22 @@ def test_a_group_process_ends_with_its_parent(tmp_path: Path) -> None:
     if alive():
         os.kill(child, signal.SIGKILL)
         pytest.fail("the group's process outlived its parent")
+
+
+def test_only_the_hang_the_plant_made_is_counted_as_caught() -> None:
+    """A real hang in a run with a planted one stays a failure; a plant that never fired is
+    missed even when something else hung."""
+    regress_main = importlib.import_module("tests.regress.__main__")
+    plant = {"op": "argmax", "check": "forward", "dtype": "float32", "status": "hang",
+             "at": "sample 0: input float32[4, 33]"}  # fmt: skip
+    real = {"op": "set-up: dtype probe bfloat16", "check": "set-up", "dtype": "-", "status": "hang",
+            "group": "shapes", "detail": "no output within 8 s"}  # fmt: skip
+    wrong = {"op": "sum", "check": "forward", "dtype": "float32", "status": "fail"}
+    record, left = regress_main._planted_hang(
+        "argmax", None, [plant, real, wrong], {("argmax", plant["at"])})
+    assert record["caught"] is True
+    assert record["caught_in"] == ["hang: argmax float32 sample 0: input float32[4, 33]"]
+    assert left == [real, wrong]
+    record, left = regress_main._planted_hang("argmax", None, [real], set())
+    assert record["caught"] is False and record["missed"] == ["hang:argmax"]
+    assert left == [real]

@@ -21,6 +21,9 @@
 #include <c10/util/Exception.h>
 #include <fake_metal.h>
 
+#include "json_text.h"
+#include "device_stand_in.h"
+
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -80,28 +83,19 @@ extern "C" void dispatch_sync(dispatch_queue_t queue, dispatch_block_t block) {
   current_queue = outer;
 }
 
-namespace at::mps {
-
-MPSDevice* MPSDevice::_device = nullptr;
-
-MPSDevice* MPSDevice::getInstance() {
-  static MPSDevice device;
-  return &device;
-}
-
-MPSDevice::MPSDevice() : _mtl_device(nil) {
+// the stand-in device whose registry id whole_init() names
+id<MTLDevice> intelmac_test::stand_in_device() {
   NSArray* devices = [MTLCopyAllDevices() autorelease];
   for (NSUInteger i = 0; i < [devices count]; ++i) {
     id<MTLDevice> device = [devices objectAtIndex:i];
     if ([device registryID] == chosen_registry_id()) {
-      _mtl_device = [device retain];
+      return device;
     }
   }
+  return nil;
 }
 
-MPSDevice::~MPSDevice() {
-  [_mtl_device release];
-}
+namespace at::mps {
 
 MPSStream::MPSStream(Stream stream) : _stream(stream) {
   _commandQueue = [MPSDevice::getInstance()->device() newCommandQueue];
@@ -184,20 +178,7 @@ const char* give(const std::string& text) {
   return out().c_str();
 }
 
-std::string quoted(const std::string& text) {
-  std::string q = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      q += '\\';
-      q += c;
-    } else if (c == '\n') {
-      q += "\\n";
-    } else if (static_cast<unsigned char>(c) >= 0x20) {
-      q += c;
-    }
-  }
-  return q + "\"";
-}
+using intelmac_test::quoted;
 
 at::mps::IMPSAllocator* allocator(int shared) {
   return at::mps::getIMPSAllocator(shared != 0);
