@@ -7,7 +7,9 @@ of our own: alloc_build.whole_allocator_library). whole_scenarios.py drives it t
 upstream's public IMPSAllocator in one process per pretend GPU (the allocator is a
 process-wide singleton): allocation, reuse, free, scalars and pinned memory where 2.6.0 has
 them, emptyCache, and out of memory; the asserts are on the allocator's statistics and
-messages and on the stand-in's records.
+messages and on the stand-in's records. The library also holds the body of
+MPSHooks::getPinnedMemoryAllocator from the patched exact MPSHooks.mm (patch 0012), what
+tensor.pin_memory() asks for MPS, run against this allocator's getIMPSAllocator.
 
 Without patch 0009 (``INTELMAC_ALLOC_WITHOUT_HOOKS=1``, as in test_allocator.py) the Intel
 iGPU's scalar and pinned requests get no memory: Metal refuses their shared heaps.
