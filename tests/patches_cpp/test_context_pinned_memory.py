@@ -79,6 +79,7 @@ def _run(driver: Path, *args: str) -> str:
     return subprocess.run([str(driver), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.upstream
 @pytest.mark.parametrize("asked", [(), ("mps",)], ids=["current-accelerator", "pin_memory-mps"])
 def test_mps_without_pinned_allocator_refuses_clearly(driver: Path, asked: tuple[str, ...]) -> None:
     """An AMD GPU: the hooks' pinned allocator is null. Upstream returned it (a Storage on a
@@ -89,11 +90,13 @@ def test_mps_without_pinned_allocator_refuses_clearly(driver: Path, asked: tuple
     assert "Drop the pin_memory() call" in out and "pin_memory=False" in out, out
 
 
+@pytest.mark.upstream
 def test_mps_with_pinned_allocator_gets_it(driver: Path) -> None:
     """An Intel or Apple GPU: the shared allocator comes back as upstream returned it."""
     assert _run(driver, "mps", "allocator") == "allocator"
 
 
+@pytest.mark.upstream
 @pytest.mark.parametrize("accelerator, asked", [("cuda", ()), ("mps", ("cuda",)), ("none", ())])
 def test_other_devices_keep_upstreams_answer(driver: Path, accelerator: str, asked: tuple[str, ...]) -> None:
     """Another device's null pinned allocator passes through unchanged (upstream's behaviour;

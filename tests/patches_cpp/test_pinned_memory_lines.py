@@ -5,8 +5,10 @@ finding 3): what tensor.pin_memory() and torch.empty(..., pin_memory=True) reach
   (getIMPSAllocator(true)), null without unified memory (an AMD GPU). 2.6.0's exact
   MPSHooks.mm gets a check from patch 0012 (run in tests/fake_metal/test_whole_allocator.py).
   2.9.1's binary holds no assert line of MPSHooks.mm, so no candidate source of it can be
-  dated, and the series leaves it alone: docs/mps-device-policy.md (finding 3) says what
-  users do there. The test pins the facts that statement rests on.
+  dated, and the series leaves it alone; every path to pinned memory there calls the inline
+  at::Context::getPinnedMemoryAllocator instead, which 2.9.1's patch 0012 checks in the exact
+  ATen/Context.h (run in test_context_pinned_memory.py). The tests pin the facts that route
+  rests on.
 - torch.empty(..., pin_memory=True) asks MPS only from 2.9.1 (GetCPUAllocatorMaybePinned
   asks the accelerator's hooks); 2.6.0's knows no MPS and refuses on every Mac.
 - 2.14.1 and 2.15.0 have a pinned allocator of their own (getMPSPinnedAllocator).
@@ -86,10 +88,30 @@ def test_torch_empty_pin_memory_asks_mps_from_2_9_1(line: str) -> None:
 
 def test_2_9_1_mps_hooks_cannot_be_dated_so_the_series_leaves_it() -> None:
     """No assert line of MPSHooks.mm in the 2.9.1 binary dates a candidate of that file
-    (the rule for hunks in files no wheel contains), and 2.9.1's series has no hunk there."""
+    (the rule for hunks in files no wheel contains), and 2.9.1's series has no hunk there:
+    its check is in Context.h (test_2_9_1_pinning_goes_through_context)."""
     assert b'aten/src/ATen/mps/MPSHooks.mm":' not in _dylib("2.9.1").read_bytes()
     series = catalog.load().line("2.9.1").patches
     assert not [p.name for p in series if "a/aten/src/ATen/mps/MPSHooks.mm" in p.read_text(encoding="utf-8")]
     assert [p.name for p in catalog.load().line("2.6.0").patches
             if "a/aten/src/ATen/mps/MPSHooks.mm" in p.read_text(encoding="utf-8")] == [
         "0012-mps-pinned-memory-and-streams.patch"]
+
+
+CONTEXT_PINNED = "__ZN2at7Context24getPinnedMemoryAllocatorENSt3__18optionalIN3c1010DeviceTypeEEE"
+
+
+def test_2_9_1_pinning_goes_through_context() -> None:
+    """Why 2.9.1's check sits in Context.h: tensor.pin_memory() (at::native::_pin_memory) and
+    torch.empty(..., pin_memory=True) (GetCPUAllocatorMaybePinned, also torch.save's pinned
+    copies) call the Context member, and nothing branches to MPSHooks::getPinnedMemoryAllocator
+    directly (calls through the hooks' vtable are not read here)."""
+    dylib = _dylib("2.9.1")
+    assert macos_sites.callers(dylib, CONTEXT_PINNED) == [
+        "at::detail::(anonymous namespace)::GetCPUAllocatorMaybePinned(bool)",
+        "at::native::_pin_memory(at::Tensor const&, std::__1::optional<c10::Device>)",
+    ]
+    assert macos_sites.callers(dylib, PIN_HOOK) == []
+    series = catalog.load().line("2.9.1").patches
+    assert [p.name for p in series if "a/aten/src/ATen/Context.h" in p.read_text(encoding="utf-8")] == [
+        "0012-mps-pinned-memory.patch"]
