@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: The hunks that refuse a null MPS pinned allocator, per line: (patch, file it changes).
 REFUSALS = {
     "2.6.0": ("2.6.0/0012-mps-pinned-memory-and-streams.patch", "aten/src/ATen/mps/MPSHooks.mm"),
-    "2.9.1": ("2.9.1/0012-mps-pinned-memory.patch", CONTEXT_H),
+    "2.9.1": ("2.9.1/0012-mps-pinned-memory-and-streams.patch", CONTEXT_H),
 }
 
 

@@ -114,4 +114,4 @@ def test_2_9_1_pinning_goes_through_context() -> None:
     assert macos_sites.callers(dylib, PIN_HOOK) == []
     series = catalog.load().line("2.9.1").patches
     assert [p.name for p in series if "a/aten/src/ATen/Context.h" in p.read_text(encoding="utf-8")] == [
-        "0012-mps-pinned-memory.patch"]
+        "0012-mps-pinned-memory-and-streams.patch"]
