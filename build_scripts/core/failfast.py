@@ -154,7 +154,11 @@ def cache_value(build_dir: Path, key: str) -> str | None:
 
 def objects_for(build_dir: Path, sources: Sequence[Path]) -> dict[Path, str]:
     """The first output of the build statement compiling each source (those the graph has)."""
+    # CMake writes each source as it was given the tree: setup.py and scikit-build-core give
+    # it their working folder, which getcwd() names by its real path, while ``sources`` may
+    # name the tree through a symlink (macOS's /tmp). Both spellings of a source match.
     wanted = {os.path.normpath(source): source for source in sources}
+    wanted.update({os.path.realpath(source): source for source in sources})
     found: dict[Path, str] = {}
     for match in _statements(build_dir):
         explicit = match["inputs"].split(" | ", 1)[0].split(" || ", 1)[0]
