@@ -55,6 +55,32 @@ def cut_functions(source: str, names: tuple[str, ...] = POOL_SELECTION) -> str:
     return "\n".join(out) + "\n"
 
 
+HOOKS_MM = "aten/src/ATen/mps/MPSHooks.mm"
+#: What the whole library calls the hook's body by (a free function: no MPSHooks vtable to link).
+PINNED_HOOK = "intelmac_whole_pinned_memory_allocator"
+
+
+def pinned_memory_hook(hooks_mm: str) -> str:
+    """MPSHooks::getPinnedMemoryAllocator from MPSHooks.mm (as the series leaves it),
+    its body verbatim, as the free function ``at::mps::PINNED_HOOK``: the whole library
+    runs it against upstream's own getIMPSAllocator."""
+    lines = hooks_mm.splitlines()
+    signature = "Allocator* MPSHooks::getPinnedMemoryAllocator() const {"
+    if lines.count(signature) != 1:
+        raise build.CompileError(f"MPSHooks.mm: expected one line {signature!r}")
+    start = lines.index(signature)
+    end = lines.index("}", start)
+    return "\n".join([
+        "#include <ATen/mps/MPSAllocatorInterface.h>",
+        "#include <c10/util/Exception.h>",
+        "namespace at::mps {",
+        f"c10::Allocator* {PINNED_HOOK}() {{",
+        *lines[start + 1:end + 1],
+        "} // namespace at::mps",
+        "",
+    ])
+
+
 ALLOCATOR_MM = "aten/src/ATen/mps/MPSAllocator.mm"
 #: Where the front of alloc_buffer_block starts and where it ends (that line not included).
 FRONT_FIRST, FRONT_END = "size_t alloc_size = get_allocation_size(size", "AllocParams params("
@@ -119,17 +145,21 @@ WHOLE_STAND_INS = ALLOC / "whole_stand_ins.mm"
 
 
 def whole_allocator_library(tree: Path, wheel_include: Path, std: str, fake_lib: Path, torch_lib: Path,
-                            work: Path, upstream_allocator_mm: str) -> Path:
+                            work: Path, upstream_allocator_mm: str, upstream_hooks_mm: str) -> Path:
     """libintelmac_whole_alloc.so: upstream's whole patched MPSAllocator.mm (given as text,
-    never committed), our MPSHeapStorage.mm and ``alloc/whole_stand_ins.mm`` (MPSDevice,
-    MPSStream, MPSEvent, the event pool, dispatch_sync, and the C entry points)."""
+    never committed), the patched MPSHooks::getPinnedMemoryAllocator (pinned_memory_hook),
+    our MPSHeapStorage.mm and ``alloc/whole_stand_ins.mm`` (MPSDevice, MPSStream, MPSEvent,
+    the event pool, dispatch_sync, and the C entry points)."""
     work.mkdir(parents=True, exist_ok=True)
     source = work / "MPSAllocator.mm"
     source.write_text(upstream_allocator_mm, encoding="utf-8")
+    hook = work / "MPSHooks_pinned.mm"
+    hook.write_text(pinned_memory_hook(upstream_hooks_mm), encoding="utf-8")
     includes = [f"-I{tree / 'aten' / 'src'}", f"-I{build.INCLUDE}", f"-I{MPS_STAND_INS}",
                 "-isystem", str(wheel_include)]
     objects = [
         build.compile_objcxx(source, work / "MPSAllocator.o", includes, std),
+        build.compile_objcxx(hook, work / "MPSHooks_pinned.o", includes, std),
         build.compile_objcxx(tree / "aten/src/ATen/mps/MPSHeapStorage.mm", work / "MPSHeapStorage.o", includes, std),
         build.compile_objcxx(WHOLE_STAND_INS, work / "whole_stand_ins.o", includes, std),
     ]
@@ -137,3 +167,24 @@ def whole_allocator_library(tree: Path, wheel_include: Path, std: str, fake_lib:
         str(fake_lib), f"-L{torch_lib}", "-lc10", f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{fake_lib.parent}",
         "-Wl,-Bsymbolic", "-Wl,--no-undefined", *build.LINK_LIBS,
     ])
+
+
+GUARD_STREAMS = ALLOC / "guard_streams.mm"
+
+
+def guard_streams_program(tree: Path, wheel_include: Path, std: str, fake_lib: Path, torch_lib: Path,
+                          work: Path) -> Path:
+    """guard_streams: 2.15.0's patched MPSGuardImpl.h (in ``tree``, with the line's own
+    headers), our MPSHeapStorage.mm and ``alloc/guard_streams.mm`` (its stand-ins and main)."""
+    work.mkdir(parents=True, exist_ok=True)
+    includes = [f"-I{tree / 'aten' / 'src'}", f"-I{build.INCLUDE}", f"-I{MPS_STAND_INS}",
+                "-isystem", str(wheel_include)]
+    objects = [
+        build.compile_objcxx(tree / "aten/src/ATen/mps/MPSHeapStorage.mm", work / "MPSHeapStorage.o", includes, std),
+        build.compile_objcxx(GUARD_STREAMS, work / "guard_streams.o", includes, std),
+    ]
+    # libtorch_cpu: the header's inline deviceCount() asks at::hasMPS()
+    return build.link(work / "guard_streams", objects, [
+        str(fake_lib), f"-L{torch_lib}", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{torch_lib}",
+        f"-Wl,-rpath,{fake_lib.parent}", *build.LINK_LIBS,
+    ], program=True)

@@ -123,8 +123,9 @@ def fake_metal_library(work: Path) -> Path:
     return lib
 
 
-def link(out: Path, objects: Sequence[Path], extra: Sequence[str]) -> Path:
-    argv = ["clang++", "-shared", "-o", str(out), *map(str, objects), *extra]
+def link(out: Path, objects: Sequence[Path], extra: Sequence[str], *, program: bool = False) -> Path:
+    """A shared library of ``objects`` (a program with ``program``: a main() of its own)."""
+    argv = ["clang++", *([] if program else ["-shared"]), "-o", str(out), *map(str, objects), *extra]
     done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
     if done.returncode != 0:
         raise CompileError(f"linking {out.name} failed:\n{' '.join(argv)}\n{done.stderr[-6000:]}")

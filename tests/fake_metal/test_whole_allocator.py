@@ -7,7 +7,9 @@ of our own: alloc_build.whole_allocator_library). whole_scenarios.py drives it t
 upstream's public IMPSAllocator in one process per pretend GPU (the allocator is a
 process-wide singleton): allocation, reuse, free, scalars and pinned memory where 2.6.0 has
 them, emptyCache, and out of memory; the asserts are on the allocator's statistics and
-messages and on the stand-in's records.
+messages and on the stand-in's records. The library also holds the body of
+MPSHooks::getPinnedMemoryAllocator from the patched exact MPSHooks.mm (patch 0012), what
+tensor.pin_memory() asks for MPS, run against this allocator's getIMPSAllocator.
 
 Without patch 0009 (``INTELMAC_ALLOC_WITHOUT_HOOKS=1``, as in test_allocator.py) the Intel
 iGPU's scalar and pinned requests get no memory: Metal refuses their shared heaps.
@@ -52,18 +54,16 @@ def _series() -> list[Path]:
 @pytest.fixture(scope="module")
 def whole_library(fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     conftest.require_toolchain()
-    if not objc_lines.has_wheel("2.6.0"):
-        why = "no unpacked upstream 2.6.0 wheel: make upstream-material fetches it"
-        if os.environ.get(objc_lines.REQUIRE_ENV) == "1" or os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+    conftest.require_wheel("2.6.0")
     work = tmp_path_factory.mktemp("whole-alloc")
     series = _series()
     lt = objc_lines.prepare("2.6.0", series, work / "prep")
     # exact_260_file fails under CI=true/INTELMAC_REQUIRE_WHEELS=1 when the tree is missing
-    upstream_mm = conftest.patched_260_file("aten/src/ATen/mps/MPSAllocator.mm", series, work / "mm")
+    upstream_mm = conftest.patched_260_file(alloc_build.ALLOCATOR_MM, series, work / "mm")
+    hooks_mm = conftest.patched_260_file(alloc_build.HOOKS_MM, series, work / "hooks")
     return alloc_build.whole_allocator_library(lt.tree, lt.wheel_include, objc_lines.cxx_standard("2.6.0"),
-                                               fake_metal_lib, conftest.torch_lib_dir(), work / "build", upstream_mm)
+                                               fake_metal_lib, conftest.torch_lib_dir(), work / "build", upstream_mm,
+                                               hooks_mm)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +142,23 @@ def test_scalars_and_pinned_memory_where_the_line_has_them(results: dict[str, di
     else:
         assert "scalar" not in r  # 2.6.0 writes scalars through an MPSNDArray there
         assert r["pinned"]["block"] == {"error": "no shared allocator on this device"}
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+def test_pin_memory_refuses_clearly_without_unified_memory(results: dict[str, dict[str, Any]], gpu: str) -> None:
+    """Issue 35, finding 3: tensor.pin_memory() on 2.6.0 asks MPSHooks::getPinnedMemoryAllocator,
+    which returned upstream's null shared allocator on an AMD GPU (the Storage built on it
+    crashes). Patch 0012 refuses there with an error that says why and what to do; an Intel
+    or Apple GPU still gets the shared allocator. tensor.is_pinned() asks the allocator
+    object itself, never null: False for ordinary memory on every GPU."""
+    r = results[gpu]
+    assert r["is_pinned_cpu_memory"] == 0, r
+    if GPUS[gpu]["unified_memory"]:
+        assert r["pin_memory_allocator"] == {"allocator": "shared"}, r["pin_memory_allocator"]
+        return
+    error = r["pin_memory_allocator"].get("error", "")
+    assert "no unified memory" in error and "no pinned memory" in error, r["pin_memory_allocator"]
+    assert "Drop the pin_memory() call" in error and "pin_memory=False" in error, error
 
 
 @pytest.mark.parametrize("gpu", list(GPUS))

@@ -25,7 +25,7 @@ DEVICE, PINNED, SCALAR = 0, 1, 2
 class Whole:
     def __init__(self, library: Path) -> None:
         self.lib = ctypes.CDLL(str(library), mode=os.RTLD_LOCAL)
-        for name in ("whole_alloc", "whole_stats"):
+        for name in ("whole_alloc", "whole_stats", "whole_pinned_memory_allocator"):
             getattr(self.lib, name).restype = ctypes.c_char_p
         self.lib.whole_alloc.argtypes = [ctypes.c_int, ctypes.c_uint64]
         self.lib.whole_init.argtypes = [ctypes.c_uint64]
@@ -68,6 +68,9 @@ def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
     # pinned memory: the shared allocator, which exists only with unified memory on 2.6.0
     pinned = whole.alloc(PINNED, 4 * KiB)
     out["pinned"] = {"block": pinned}
+    # what tensor.pin_memory() and tensor.is_pinned() reach: MPSHooks.mm as the series leaves it
+    out["pin_memory_allocator"] = json.loads(whole.lib.whole_pinned_memory_allocator().decode())
+    out["is_pinned_cpu_memory"] = whole.lib.whole_is_pinned_cpu_memory()
     if "handle" in pinned:
         whole.lib.whole_free(pinned["handle"])
 

@@ -259,6 +259,11 @@ typedef struct dispatch_queue_s* dispatch_queue_t;
 #pragma once
 extern unsigned long vm_page_size;
 """,
+    # MPSGuardImpl.h (hooked on 2.15.0) includes it for size_t
+    "sys/_types/_size_t.h": """
+#pragma once
+#include <stddef.h>
+""",
     "IOKit/IOKitLib.h": """
 #pragma once
 #include "objc_stub_base.h"

@@ -3,6 +3,7 @@
 // test_storage_policy.py; this program only calls the header's functions.
 #include <ATen/mps/MPSStoragePolicy.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <initializer_list>
 
@@ -37,6 +38,10 @@ int main() {
       std::printf("{\"kind\": \"watermark\", \"apple\": %d, \"unified\": %d, \"ratio\": %.3f, \"high\": %.3f}\n",
                   apple, unified, storage::default_low_watermark_ratio(gpu, 1.4),
                   storage::default_high_watermark_ratio(gpu, 1.7));
+      for (std::int64_t stream : {0, 1, 32}) {
+        std::printf("{\"kind\": \"stream\", \"apple\": %d, \"unified\": %d, \"stream\": %lld, \"may_be_current\": %d}\n",
+                    apple, unified, static_cast<long long>(stream), storage::stream_may_become_current(gpu, stream, 0));
+      }
       for (bool cpu_visible : {false, true}) {
         const std::size_t split = storage::cpu_pool_min_split(gpu, cpu_visible, mib);
         std::printf("{\"kind\": \"min_split\", \"apple\": %d, \"unified\": %d, \"cpu_visible\": %d, "
@@ -45,5 +50,8 @@ int main() {
       }
     }
   }
+  // the refusal's text, as JSON (the name holds no character JSON escapes)
+  std::printf("{\"kind\": \"stream_message\", \"text\": \"%s\"}\n",
+              storage::stream_refused_message("AMD Radeon Pro 5500M").c_str());
   return 0;
 }

@@ -5,7 +5,9 @@ The rules are the header's (its comment numbers them). What Apple documents: on 
 that is not Apple silicon a heap can only be private, and standalone buffers may be shared
 there. Seen failing once: with rule 3 switched off in plan_heap (a shared heap request
 passed through as a heap), test_no_cpu_visible_heap_off_apple_gpus failed at its first row
-(an AMD GPU's shared heap).
+(an AMD GPU's shared heap). Rule 9 (streams): with stream_may_become_current returning true
+and one clause of stream_refused_message reworded, its two tests failed; against the 0008
+of 7bf3d83 (no rule 9) the driver does not compile.
 """
 
 from __future__ import annotations
@@ -118,3 +120,40 @@ def test_cpu_visible_pools_never_split_off_apple_gpus(rows: list[dict[str, Any]]
     for r in rows:
         never = r["cpu_visible"] and not r["apple"]
         assert r["never"] == never and r["upstream"] == (not never), r
+
+
+def test_only_the_default_stream_may_become_current_off_apple_gpus(rows: list[dict[str, Any]]) -> None:
+    """Rule 9 (2.15.0's MPSGuardImpl.h asks it in exchangeStream, patch 0012): off Apple GPUs,
+    where record_stream cannot defer reuse, no stream but the default one (id 0) becomes
+    current; an Apple GPU takes any."""
+    streams = _of(rows, "stream")
+    assert len(streams) == 12
+    for r in streams:
+        assert r["may_be_current"] == (r["apple"] or r["stream"] == 0), r
+
+
+MEMORY_PY = REPO / "patches" / "src" / "torch" / "backends" / "mps" / "_memory.py"
+
+
+def _python_refusal(device_name: str) -> str:
+    """The message check_stream() in _memory.py raises on `device_name`: its RuntimeError's
+    argument, evaluated as written (an f-string of device.name), without torch."""
+    import ast
+    from types import SimpleNamespace
+
+    tree = ast.parse(MEMORY_PY.read_text(encoding="utf-8"))
+    check = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check_stream")
+    raised = [n for n in ast.walk(check) if isinstance(n, ast.Raise)]
+    assert len(raised) == 1 and isinstance(raised[0].exc, ast.Call), "check_stream raises one RuntimeError(...)"
+    message = ast.Expression(raised[0].exc.args[0])
+    return str(eval(compile(message, str(MEMORY_PY), "eval"), {"device": SimpleNamespace(name=device_name)}))
+
+
+def test_the_cpp_refusal_is_the_python_one(rows: list[dict[str, Any]]) -> None:
+    """stream_refused_message (C++, raised by exchangeStream) and check_stream (Python, raised by
+    torch.mps and torch.accelerator) say the same to the user: what is wrong, why, what to do."""
+    text = _of(rows, "stream_message")[0]["text"]
+    assert text == _python_refusal("AMD Radeon Pro 5500M")
+    for phrase in ("streams other than the default one are not supported on AMD Radeon Pro 5500M",
+                   "Tensor.record_stream()", "Run this work on the default stream", "torch.Stream('mps')"):
+        assert phrase in text, phrase

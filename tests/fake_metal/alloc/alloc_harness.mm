@@ -29,6 +29,7 @@
 #endif
 #include <ATen/mps/MPSAllocator.h>
 #include <ATen/mps/MPSHeapStorage.h>
+#include <ATen/mps/MPSDevice.h>
 #if INTELMAC_TEST_POOL_SELECTION
 #undef private
 #endif
@@ -195,13 +196,8 @@ std::string describe_request(id<MTLDevice> device, BufferPool& pool, size_t size
 
 } // namespace
 
-#if INTELMAC_TEST_POOL_SELECTION
-// Upstream's MPSHeapAllocatorImpl::init_allocator, init_buffer_pools, get_pool,
-// get_allocation_size, the watermark setters and format_size, cut verbatim at test time
-// from the exact 2.6.0 MPSAllocator.mm with the series applied (build.py), and the
-// stand-ins they need: the device singleton, the stream and the event pool (the
-// constructor only stores those two), and emptyCache (the destructor's; the tests
-// release their own buffers).
+// The device singleton, on every line: MPSHeapStorage.mm's checkStreamCanBeCurrent reads it
+// (no test here calls that; test_guard_streams.py does), and 2.6.0's init_allocator too.
 namespace at::mps {
 MPSDevice* MPSDevice::_device = nullptr;
 MPSDevice::MPSDevice() : _mtl_device(nil) {}
@@ -210,6 +206,16 @@ MPSDevice* MPSDevice::getInstance() {
   static MPSDevice device;
   return &device;
 }
+} // namespace at::mps
+
+#if INTELMAC_TEST_POOL_SELECTION
+// Upstream's MPSHeapAllocatorImpl::init_allocator, init_buffer_pools, get_pool,
+// get_allocation_size, the watermark setters and format_size, cut verbatim at test time
+// from the exact 2.6.0 MPSAllocator.mm with the series applied (build.py), and the
+// stand-ins they need: the stream and the event pool (the
+// constructor only stores those two), and emptyCache (the destructor's; the tests
+// release their own buffers).
+namespace at::mps {
 MPSStream* getDefaultMPSStream() {
   return nullptr;
 }

@@ -21,6 +21,9 @@
 #include <c10/util/Exception.h>
 #include <fake_metal.h>
 
+#include "json_text.h"
+#include "device_stand_in.h"
+
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -80,28 +83,19 @@ extern "C" void dispatch_sync(dispatch_queue_t queue, dispatch_block_t block) {
   current_queue = outer;
 }
 
-namespace at::mps {
-
-MPSDevice* MPSDevice::_device = nullptr;
-
-MPSDevice* MPSDevice::getInstance() {
-  static MPSDevice device;
-  return &device;
-}
-
-MPSDevice::MPSDevice() : _mtl_device(nil) {
+// the stand-in device whose registry id whole_init() names
+id<MTLDevice> intelmac_test::stand_in_device() {
   NSArray* devices = [MTLCopyAllDevices() autorelease];
   for (NSUInteger i = 0; i < [devices count]; ++i) {
     id<MTLDevice> device = [devices objectAtIndex:i];
     if ([device registryID] == chosen_registry_id()) {
-      _mtl_device = [device retain];
+      return device;
     }
   }
+  return nil;
 }
 
-MPSDevice::~MPSDevice() {
-  [_mtl_device release];
-}
+namespace at::mps {
 
 MPSStream::MPSStream(Stream stream) : _stream(stream) {
   _commandQueue = [MPSDevice::getInstance()->device() newCommandQueue];
@@ -184,26 +178,18 @@ const char* give(const std::string& text) {
   return out().c_str();
 }
 
-std::string quoted(const std::string& text) {
-  std::string q = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      q += '\\';
-      q += c;
-    } else if (c == '\n') {
-      q += "\\n";
-    } else if (static_cast<unsigned char>(c) >= 0x20) {
-      q += c;
-    }
-  }
-  return q + "\"";
-}
+using intelmac_test::quoted;
 
 at::mps::IMPSAllocator* allocator(int shared) {
   return at::mps::getIMPSAllocator(shared != 0);
 }
 
 } // namespace
+
+namespace at::mps {
+// MPSHooks::getPinnedMemoryAllocator's body as the series leaves it (alloc_build.pinned_memory_hook)
+c10::Allocator* intelmac_whole_pinned_memory_allocator();
+} // namespace at::mps
 
 extern "C" {
 
@@ -246,6 +232,26 @@ const char* whole_alloc_in_pool(int kind, uint64_t size) {
   } catch (const c10::Error& e) {
     return give("{\"error\": " + quoted(e.what_without_backtrace()) + "}");
   }
+}
+
+// What tensor.pin_memory() gets from MPSHooks::getPinnedMemoryAllocator:
+// {"allocator": "shared"} (the shared allocator), {"allocator": null} or {"error": message}.
+const char* whole_pinned_memory_allocator() {
+  try {
+    c10::Allocator* got = at::mps::intelmac_whole_pinned_memory_allocator();
+    if (got == nullptr) {
+      return give("{\"allocator\": null}");
+    }
+    return give(got == allocator(1) ? "{\"allocator\": \"shared\"}" : "{\"allocator\": \"other\"}");
+  } catch (const c10::Error& e) {
+    return give("{\"error\": " + quoted(e.what_without_backtrace()) + "}");
+  }
+}
+
+// What tensor.is_pinned() answers for ordinary CPU memory (upstream's isMPSPinnedPtr).
+int whole_is_pinned_cpu_memory() {
+  std::string ordinary(64, 'x');
+  return at::mps::isMPSPinnedPtr(ordinary.data()) ? 1 : 0;
 }
 
 // The CPU's view of a live block: shared buffers only (upstream maps them for pinned memory).

@@ -14,6 +14,18 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace at::mps {
+
+// Called by MPSGuardImpl::exchangeStream (2.15.0, patch 0012) before a stream
+// becomes the current MPS stream, which is what `with torch.Stream("mps"):`
+// and at::accelerator::setCurrentStream reach without any Python hook. Raises
+// (TORCH_CHECK) on a GPU that is not an Apple GPU when `stream_id` is not the
+// default stream's (MPSStoragePolicy.h rule 9); a C++ declaration, as the
+// header that calls it is also compiled as C++.
+TORCH_API void checkStreamCanBeCurrent(int64_t stream_id, int64_t default_stream_id);
+
+} // namespace at::mps
+
 #ifdef __OBJC__
 #include <Metal/Metal.h>
 

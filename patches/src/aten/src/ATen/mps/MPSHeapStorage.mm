@@ -27,7 +27,11 @@
 //   the last command buffer using it completes.
 #include <ATen/mps/MPSHeapStorage.h>
 
+#include <ATen/mps/MPSDevice.h>
+#include <c10/util/Exception.h>
+
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -252,6 +256,18 @@ double defaultLowWatermarkRatio(id<MTLDevice> device, double upstream_default) {
 
 double defaultHighWatermarkRatio(id<MTLDevice> device, double upstream_default) {
   return storage::default_high_watermark_ratio(storageGpu(device), upstream_default);
+}
+
+void checkStreamCanBeCurrent(int64_t stream_id, int64_t default_stream_id) {
+  if (stream_id == default_stream_id) {
+    return; // the default stream is current again (a guard's restore, too): no device needed
+  }
+  id<MTLDevice> device = MPSDevice::getInstance()->device();
+  if (device == nil) {
+    return; // no MPS device: upstream's own checks refuse the stream
+  }
+  TORCH_CHECK(storage::stream_may_become_current(storageGpu(device), stream_id, default_stream_id),
+              storage::stream_refused_message(std::string([[device name] UTF8String])));
 }
 
 } // namespace at::mps

@@ -89,10 +89,21 @@
 //        the CPU side of the same process competes for the same RAM.
 //        docs/mps-device-policy.md has the sources. Every other GPU keeps
 //        upstream's default; PYTORCH_MPS_HIGH_WATERMARK_RATIO still wins.
+//   stream_may_become_current(gpu, stream_id, default_stream_id)
+//     9. On a GPU that is not an Apple GPU only the default stream may become
+//        the current MPS stream (2.15.0, the one line with more than one).
+//        Rule 5 keeps device tensors in private pools there, and upstream's
+//        recordStream tracks only blocks of SHARED pools, so
+//        Tensor.record_stream() cannot keep a tensor's memory from being
+//        reused while a second stream still uses it. With one stream there is
+//        nothing to defer. stream_refused_message() says so, in the words of
+//        the Python check (torch/backends/mps/_memory.py check_stream; a test
+//        compares the two).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace at::mps::storage {
 
@@ -223,6 +234,21 @@ inline std::size_t cpu_pool_min_split(const Gpu& gpu, bool pool_stays_cpu_visibl
     return upstream_min_split;
   }
   return kNeverSplit;
+}
+
+// Whether the stream `stream_id` may become the current MPS stream (rule 9).
+inline bool stream_may_become_current(const Gpu& gpu, std::int64_t stream_id, std::int64_t default_stream_id) {
+  return gpu.apple_gpu || stream_id == default_stream_id;
+}
+
+// The error for a stream rule 9 refuses on `device_name`: what is wrong, why,
+// and what to do. The same text as check_stream() in torch/backends/mps/_memory.py.
+inline std::string stream_refused_message(const std::string& device_name) {
+  return "torch.mps: streams other than the default one are not supported on " + device_name +
+      ": Tensor.record_stream() cannot stop the memory of a tensor used on a second stream from being "
+      "reused before that stream's work completes (the allocator tracks only CPU-visible memory on Intel "
+      "and AMD GPUs). Run this work on the default stream (drop torch.mps.Stream / torch.mps.stream(...) / "
+      "torch.Stream('mps') and torch.accelerator.set_stream(...)); MPS orders all of it there.";
 }
 
 inline const char* storage_name(Storage storage) {
