@@ -15,7 +15,9 @@ named here), whose ``cmeel.prefix/`` folder (cmeel's wheels of CMake projects: a
 tree) becomes the prefix. A package unpacks into
 ``<cache>/<name>-<version>-<sha256[:12]>/`` (with ``lib/``, ``include/``, ``bin/`` as the
 archive has them), renamed into place only when complete, under a lock, so an interrupted
-or concurrent fetch never leaves a half-unpacked prefix behind.
+or concurrent fetch never leaves a half-unpacked prefix behind. Its ``.complete`` records
+what was unpacked (the sha256, and a wheel's links and omit): a prefix laid out for another
+entry is unpacked again.
 """
 
 from __future__ import annotations
