@@ -239,3 +239,21 @@ def test_a_tree_reached_through_a_symlink_still_finds_cmakes_objects(
     assert "the series' 1 sources, upstream's 2 other MPS sources" in out, out
     built = {path.name for path in (real / "build").rglob("*.o")}
     assert built == {"MPSDevice.mm.o", "MPSAllocator.mm.o", "Copy.mm.o"}
+
+
+@pytest.mark.skipif(not all(TOOLS), reason="needs cmake, ninja and a C compiler on PATH")
+def test_mps_on_with_none_of_its_sources_in_the_graph_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """When no MPS source of the tree is in the configured graph, the tree fail-fast reads is
+    not the one CMake configured: stopping says so, where going on compiled nothing of it."""
+    configured = _mps_tree(tmp_path / "configured")
+    _configure(configured)
+    other = _mps_tree(tmp_path / "other")  # the same files, elsewhere: CMake never saw them
+    patch = tmp_path / "0001.patch"
+    patch.write_text(_patch(other, "aten/src/ATen/mps/MPSDevice.mm", "int device(void) { return 2; }",
+                            new=False))
+    code = failfast.main(["--tree", str(other), "--build-dir", str(configured / "build"), str(patch)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"none of the 3 MPS sources in {other}" in err and "configured another tree" in err
+    assert not list((configured / "build").rglob("*.o"))
