@@ -14,7 +14,8 @@ compiling the rest of PyTorch. Fail-fast builds, as ninja targets of the configu
 - the line's Metal shader library, CMake's custom target ``metallibs``.
 
 A source this configuration does not compile (another platform's file) is named and
-skipped, not an error. A configuration with MPS on but no ``metallibs`` target is an
+skipped, not an error; none of upstream's MPS sources in the graph with MPS on is one (CMake
+configured another tree, and fail-fast would compile nothing of it). A configuration with MPS on but no ``metallibs`` target is an
 error: CMake's probe found no working Metal compiler, and the wheel would compile its
 shaders at run time instead of carrying upstream's library.
 
@@ -154,7 +155,11 @@ def cache_value(build_dir: Path, key: str) -> str | None:
 
 def objects_for(build_dir: Path, sources: Sequence[Path]) -> dict[Path, str]:
     """The first output of the build statement compiling each source (those the graph has)."""
+    # CMake writes each source as it was given the tree: setup.py and scikit-build-core give
+    # it their working folder, which getcwd() names by its real path, while ``sources`` may
+    # name the tree through a symlink (macOS's /tmp). Both spellings of a source match.
     wanted = {os.path.normpath(source): source for source in sources}
+    wanted.update({os.path.realpath(source): source for source in sources})
     found: dict[Path, str] = {}
     for match in _statements(build_dir):
         explicit = match["inputs"].split(" | ", 1)[0].split(" || ", 1)[0]
@@ -251,7 +256,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for unit in chosen.skipped:
         print(f"not compiled in this configuration: {unit}")
     # A tree without upstream's MPS sources (a test fixture, torchvision) has no shaders either.
-    if chosen.metal is None and mps_units(tree) and features.cmake_true(cache_value(build_dir, "USE_MPS")):
+    upstream_mps = mps_units(tree)
+    mps_on = bool(upstream_mps) and features.cmake_true(cache_value(build_dir, "USE_MPS"))
+    if mps_on and not any(unit in chosen.series or unit in chosen.upstream for unit in upstream_mps):
+        # Each would be "not compiled in this configuration", and fail-fast would compile none.
+        print(f"error: MPS is on, but none of the {len(upstream_mps)} MPS sources in {tree} is "
+              f"compiled by {build_dir}/build.ninja: CMake configured another tree (a path "
+              "spelt otherwise, in another case or through another link). Build from the "
+              "tree's real path, or remove build/ and build again.", file=sys.stderr)
+        return 2
+    if chosen.metal is None and mps_on:
         print(f"error: MPS is on but {build_dir} has no {METAL_TARGET} target. "
               + _no_metal_reason(cache_value(build_dir, "CAN_COMPILE_METAL")), file=sys.stderr)
         return 2

@@ -41,19 +41,19 @@ def split(installed: bytes) -> tuple[Guard, bytes] | None:
     if not installed.startswith(GUARD_OPEN):
         return None
     opening, _, rest = installed.partition(b"\n")
-    lines = rest.splitlines(keepends=True)
-    tail = lines[-4:]
+    # The install step appends "\n#else\n#error ...\n#endif ...\n" to the file as it is: after a
+    # final newline that reads as a blank line; a source whose last line has none (2.14.1's
+    # symm_mem/env.hpp) gets its "#else" on the next line. Either way the body is what precedes.
+    body, separator, tail = rest.rpartition(b"\n#else\n")
+    lines = tail.splitlines(keepends=True)
     if (
-        len(tail) != 4
-        or tail[0].strip()
-        or tail[1].strip() != b"#else"
-        or not tail[2].startswith(b"#error")
-        or not tail[3].startswith(b"#endif")
+        not separator
+        or len(lines) != 2
+        or not lines[0].startswith(b"#error")
+        or not lines[1].startswith(b"#endif")
     ):
         raise ValueError("a guarded header that does not end in the guard's #else/#error/#endif")
-    body = b"".join(lines[:-4])
-    # The blank line before #else belongs to the guard, not to the source file.
-    return Guard(opening + b"\n", b"".join(tail)), body
+    return Guard(opening + b"\n", separator + tail), body
 
 
 def source_form(installed: bytes) -> bytes:

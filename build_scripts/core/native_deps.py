@@ -15,7 +15,9 @@ named here), whose ``cmeel.prefix/`` folder (cmeel's wheels of CMake projects: a
 tree) becomes the prefix. A package unpacks into
 ``<cache>/<name>-<version>-<sha256[:12]>/`` (with ``lib/``, ``include/``, ``bin/`` as the
 archive has them), renamed into place only when complete, under a lock, so an interrupted
-or concurrent fetch never leaves a half-unpacked prefix behind.
+or concurrent fetch never leaves a half-unpacked prefix behind. Its ``.complete`` records
+what was unpacked (the sha256, and a wheel's links and omit): a prefix laid out for another
+entry is unpacked again.
 """
 
 from __future__ import annotations
@@ -295,7 +297,8 @@ def ensure(
     cache_dir.mkdir(parents=True, exist_ok=True)
     prefix = cache_dir / package.prefix_name()
     with held(cache_dir / f".{package.name}.lock", what=package.name, wait=True, log=log):
-        if (prefix / ".complete").is_file():
+        marker = prefix / ".complete"
+        if marker.is_file() and marker.read_text(encoding="utf-8") == _layout(package):
             return prefix
         archive = cache_dir / "downloads" / package.filename
         if archive.exists() and _fsutil.sha256_file(archive) != package.sha256:
@@ -309,8 +312,20 @@ def ensure(
                 _url_download(package, archive, settings or FetchSettings(), log)
         log.info(f"sha256 OK: {package.filename} ({package.sha256_origin})")
         _unpack(archive, prefix, package)
-        (prefix / ".complete").write_text(package.sha256 + "\n", encoding="utf-8")
+        marker.write_text(_layout(package), encoding="utf-8")
     return prefix
+
+
+def _layout(package: NativePackage) -> str:
+    """What ``.complete`` records: the file unpacked and, for a wheel, its links and omissions.
+
+    The prefix is named by the sha256 alone, so an entry whose links or omit change without a
+    new file is unpacked again instead of keeping the old layout (a copy for a link is a second
+    OpenMP runtime). A url package records its sha256 alone, as before.
+    """
+    links = [f"link {alias} -> {original}" for alias, original in sorted((package.links or {}).items())]
+    omitted = [f"omit {path}" for path in sorted(package.omit)]
+    return "\n".join([package.sha256, *links, *omitted]) + "\n"
 
 
 def _mismatch(package: NativePackage, actual: str) -> BuildError:

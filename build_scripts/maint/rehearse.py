@@ -176,7 +176,7 @@ def _metadata(text: str, options: Options) -> str:
     return out
 
 
-def shape(official: Path, options: Options, python: PythonTarget, tree: Path, out_dir: Path) -> tuple[Path, str]:
+def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[Path, str]:
     """The wheel our build stage would leave in raw/, made from ``official``; and what was done."""
     name, _, _, tags = parse_wheel_filename(official.name)
     tag = sorted(tags, key=str)[0]
@@ -309,7 +309,7 @@ def build(options: Options, fetched: official_wheels.OfficialWheel, official: Pa
     shutil.rmtree(layout.root, ignore_errors=True)
     source = SourceRecord("url", fetched.url, fetched.sha256, None, "rehearsal-" + fetched.sha256[:12])
     _fsutil.write_json_atomic(layout.source_record, source.to_json())
-    wheel, what = shape(official, options, PYTHON, layout.patched_tree, layout.raw(PYTHON))
+    wheel, what = shape(official, options, layout.patched_tree, layout.raw(PYTHON))
     record: dict[str, Any] = {
         "wheel": str(wheel),
         "python": PYTHON.version,

@@ -217,3 +217,43 @@ def test_the_real_2_6_0_tree_selects_every_mps_source(tmp_path: Path) -> None:
     assert set(chosen.skipped) == set(series) - set(everything)
     assert chosen.metal == "metallibs"
     assert "caffe2/CMakeFiles/torch_cpu.dir/__/aten/src/ATen/native/cpu/Activation.cpp.o" not in chosen.targets
+
+
+@pytest.mark.skipif(not all(TOOLS), reason="needs cmake, ninja and a C compiler on PATH")
+def test_a_tree_reached_through_a_symlink_still_finds_cmakes_objects(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """setup.py and scikit-build-core hand CMake the tree as the OS names their working folder
+    (its real path: getcwd), while the build plan names it as the work dir was given. Under a
+    symlinked folder (macOS's /tmp is /private/tmp) the two differ; fail-fast must still find
+    the series' sources in the graph instead of skipping them all and compiling nothing."""
+    real = _mps_tree(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    linked = tmp_path / "link" / "tree"
+    patch = tmp_path / "0001.patch"
+    patch.write_text(_patch(real, "aten/src/ATen/mps/MPSDevice.mm", "int device(void) { return 2; }",
+                            new=False))
+    _configure(real)  # CMake is given the real path, as getcwd() names the tree
+    assert failfast.main(["--tree", str(linked), "--build-dir", str(linked / "build"), str(patch)]) == 0
+    out = capsys.readouterr().out
+    assert "not compiled in this configuration" not in out, out
+    assert "the series' 1 sources, upstream's 2 other MPS sources" in out, out
+    built = {path.name for path in (real / "build").rglob("*.o")}
+    assert built == {"MPSDevice.mm.o", "MPSAllocator.mm.o", "Copy.mm.o"}
+
+
+@pytest.mark.skipif(not all(TOOLS), reason="needs cmake, ninja and a C compiler on PATH")
+def test_mps_on_with_none_of_its_sources_in_the_graph_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """When no MPS source of the tree is in the configured graph, the tree fail-fast reads is
+    not the one CMake configured: stopping says so, where going on compiled nothing of it."""
+    configured = _mps_tree(tmp_path / "configured")
+    _configure(configured)
+    other = _mps_tree(tmp_path / "other")  # the same files, elsewhere: CMake never saw them
+    patch = tmp_path / "0001.patch"
+    patch.write_text(_patch(other, "aten/src/ATen/mps/MPSDevice.mm", "int device(void) { return 2; }",
+                            new=False))
+    code = failfast.main(["--tree", str(other), "--build-dir", str(configured / "build"), str(patch)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"none of the 3 MPS sources in {other}" in err and "configured another tree" in err
+    assert not list((configured / "build").rglob("*.o"))

@@ -3,13 +3,17 @@ and verify's patched-code check on them."""
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
-from intelmac_torch_builder.core import installed_headers
+from intelmac_torch_builder.core import catalog, installed_headers
 from intelmac_torch_builder.stages import verify
+
+from ..patches_cpp.objc_lines import REQUIRE_ENV, wheel_root
 
 SOURCE = b"#pragma once\n\nnamespace at::mps {\nint x();\n} // namespace at::mps\n"
 OPEN = b"#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)\n"
@@ -62,3 +66,42 @@ def test_verify_compares_a_header_inside_the_install_guard(
 ) -> None:
     finding = _check(tmp_path, installed, SOURCE)
     assert finding.ok is ok and message in finding.detail, finding.detail
+
+
+def test_a_source_header_without_a_final_newline_is_wrapped_as_the_install_step_does() -> None:
+    """The install step appends its ``\\n#else`` to the file as it is: a source header whose
+    last line has no newline (2.14.1's and 2.15.0's symm_mem/env.hpp) gets no blank line."""
+    unterminated = SOURCE.rstrip(b"\n")
+    found = installed_headers.split(OPEN + unterminated + CLOSE)
+    assert found is not None
+    guard, body = found
+    assert body == unterminated and guard.wrap(body) == OPEN + unterminated + CLOSE
+
+
+@pytest.mark.parametrize("line", [line.version for line in catalog.load().lines])
+def test_every_guarded_header_of_the_official_wheel_splits_and_wraps_back(line: str) -> None:
+    """Each header the line's official wheel installs inside the guard is read as the install
+    step wrote it: the guard and the source file, which wrapped again is the installed file."""
+    include = wheel_root(line) / "torch" / "include"
+    if not include.is_dir():
+        why = f"no unpacked upstream {line} wheel: make upstream-material fetches it"
+        if os.environ.get(REQUIRE_ENV) or os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    guarded, refused = 0, []
+    for path in sorted(include.rglob("*")):
+        if not path.is_file() or not path.name.endswith((".h", ".hpp", ".cuh")):
+            continue
+        installed = path.read_bytes()
+        try:
+            found = installed_headers.split(installed)
+        except ValueError as exc:
+            refused.append(f"{path.relative_to(include)}: {exc}")
+            continue
+        if found is not None:
+            guarded += 1
+            guard, body = found
+            assert guard.wrap(body) == installed, path
+    assert refused == []
+    # 2.14 wraps every header outside the stable-ABI folders; earlier lines none.
+    assert (guarded > 1000) == (Version(line) >= Version("2.14")), guarded

@@ -270,3 +270,23 @@ def test_the_release_cache_key_reads_the_openmp_pin() -> None:
     assert keys in (["version", "url", "sha256"], ["version", "wheel", "sha256"]), keys
     assert package.version in after[0] and package.filename in after[1]
     assert package.sha256 in after[2]
+
+
+def test_a_changed_links_or_omit_lays_the_cached_prefix_out_again(
+    tmp_path: Path, index: tuple[FileServer, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The prefix is named by the file's sha256, but what lands in it also follows the pin's
+    links and omit: an entry corrected without a new file must not reuse the old layout (here,
+    libiomp5 and libgomp as copies: three runtimes a process could load)."""
+    running, wheel = index
+    raw = wheel_entry(wheel, wheel.read_bytes())
+    code, _, _ = _fetch_wheel(tmp_path, {**raw, "links": {}, "omit": []})
+    assert code == 0, capsys.readouterr().err
+    prefix = Path(capsys.readouterr().out.strip().split("=", 1)[1])
+    assert not (prefix / "lib" / "libiomp5.dylib").is_symlink() and (prefix / "lib" / "libgomp.dylib").exists()
+    code, _, _ = _fetch_wheel(tmp_path, raw)
+    assert code == 0, capsys.readouterr().err
+    assert Path(capsys.readouterr().out.strip().split("=", 1)[1]) == prefix
+    assert os.readlink(prefix / "lib" / "libiomp5.dylib") == "libomp.dylib"
+    assert not (prefix / "lib" / "libgomp.dylib").exists()
+    assert running.count(wheel.name) == 1  # the checked download was unpacked again, not fetched
