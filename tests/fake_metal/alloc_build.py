@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..patches_cpp import objc_lines
 from . import build
 
 HERE = Path(__file__).resolve().parent
@@ -64,18 +65,14 @@ def pinned_memory_hook(hooks_mm: str) -> str:
     """MPSHooks::getPinnedMemoryAllocator from MPSHooks.mm (as the series leaves it),
     its body verbatim, as the free function ``at::mps::PINNED_HOOK``: the whole library
     runs it against upstream's own getIMPSAllocator."""
-    lines = hooks_mm.splitlines()
-    signature = "Allocator* MPSHooks::getPinnedMemoryAllocator() const {"
-    if lines.count(signature) != 1:
-        raise build.CompileError(f"MPSHooks.mm: expected one line {signature!r}")
-    start = lines.index(signature)
-    end = lines.index("}", start)
+    member = objc_lines.definition(hooks_mm, "Allocator* MPSHooks::getPinnedMemoryAllocator() const {", "}",
+                                   "MPSHooks.mm")
     return "\n".join([
         "#include <ATen/mps/MPSAllocatorInterface.h>",
         "#include <c10/util/Exception.h>",
         "namespace at::mps {",
         f"c10::Allocator* {PINNED_HOOK}() {{",
-        *lines[start + 1:end + 1],
+        *member[1:],
         "} // namespace at::mps",
         "",
     ])

@@ -35,17 +35,6 @@ def require_toolchain() -> None:
         pytest.skip(why)
 
 
-def require_wheel(line: str) -> None:
-    """Skip without the line's unpacked official wheel; fail instead under CI=true or
-    INTELMAC_REQUIRE_WHEELS=1, where a missing wheel must not pass unseen."""
-    if objc_lines.has_wheel(line):
-        return
-    why = f"no unpacked upstream {line} wheel: make upstream-material fetches it"
-    if os.environ.get(objc_lines.REQUIRE_ENV) == "1" or os.environ.get("CI") == "true":
-        pytest.fail(why)
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="session")
 def fake_metal_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_toolchain()

@@ -132,7 +132,7 @@ def allocator(line: str, fake_lib: Path, factory: pytest.TempPathFactory) -> cty
     if line in _LIBRARIES:
         return _LIBRARIES[line]
     conftest.require_toolchain()
-    conftest.require_wheel(line)
+    objc_lines.require_wheel(line)
     work = factory.mktemp(f"alloc-{line}")
     series = _series(line)
     lt = objc_lines.prepare(line, series, work / "prep")

@@ -55,7 +55,7 @@ def _series(work: Path) -> list[Path]:
 @pytest.fixture(scope="module")
 def program(fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     conftest.require_toolchain()
-    conftest.require_wheel(LINE)
+    objc_lines.require_wheel(LINE)
     work = tmp_path_factory.mktemp("guard-streams")
     lt = objc_lines.prepare(LINE, _series(work), work / "prep")
     return alloc_build.guard_streams_program(lt.tree, lt.wheel_include, objc_lines.cxx_standard(LINE),

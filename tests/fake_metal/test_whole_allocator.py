@@ -54,7 +54,7 @@ def _series() -> list[Path]:
 @pytest.fixture(scope="module")
 def whole_library(fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     conftest.require_toolchain()
-    conftest.require_wheel("2.6.0")
+    objc_lines.require_wheel("2.6.0")
     work = tmp_path_factory.mktemp("whole-alloc")
     series = _series()
     lt = objc_lines.prepare("2.6.0", series, work / "prep")

@@ -30,7 +30,9 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
+import pytest
 from intelmac_torch_builder.core import installed_headers, patching
 from intelmac_torch_builder.maint import check_upstream
 
@@ -54,6 +56,30 @@ def wheel_root(line: str) -> Path:
 
 def has_wheel(line: str) -> bool:
     return (wheel_root(line) / "torch" / "include").is_dir()
+
+
+def skip_or_fail(why: str) -> NoReturn:
+    """Skip for ``why``; fail instead under CI=true or REQUIRE_ENV=1, where a missing piece
+    must not pass unseen."""
+    if os.environ.get(REQUIRE_ENV) == "1" or os.environ.get("CI") == "true":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def require_wheel(line: str) -> None:
+    """The line's unpacked official wheel, or skip_or_fail naming how to get it."""
+    if not has_wheel(line):
+        skip_or_fail(f"no unpacked upstream {line} wheel: make upstream-material fetches it")
+
+
+def definition(text: str, signature: str, close: str, where: str) -> list[str]:
+    """The lines of the one definition in ``text`` that starts at the line ``signature``,
+    through the first line ``close`` after it (``where`` names the file in the error)."""
+    lines = text.splitlines()
+    if lines.count(signature) != 1:
+        raise ValueError(f"{where}: expected one line {signature!r}")
+    start = lines.index(signature)
+    return lines[start:lines.index(close, start) + 1]
 
 
 def strip_guard(text: str) -> str:

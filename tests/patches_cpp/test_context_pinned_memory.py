@@ -10,7 +10,6 @@ Context.h with the series applied, runs in context_pinned_driver.cpp against sta
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -34,32 +33,19 @@ REFUSALS = {
 }
 
 
-def _require(why: str, env: str) -> None:
-    """Skip for ``why``; fail under CI=true or ``env``=1, where a missing piece must not pass unseen."""
-    if os.environ.get("CI") == "true" or os.environ.get(env) == "1":
-        pytest.fail(why)
-    pytest.skip(why)
-
-
 def patched_member(context_h: str) -> str:
     """The inline Context::getPinnedMemoryAllocator, verbatim: from its signature line to the
     first line that closes a member at its indentation."""
-    lines = context_h.splitlines()
-    if lines.count(SIGNATURE) != 1:
-        raise ValueError(f"{CONTEXT_H}: expected one line {SIGNATURE!r}")
-    start = lines.index(SIGNATURE)
-    end = lines.index("  }", start)
-    return "\n".join(lines[start:end + 1]) + "\n"
+    return "\n".join(objc_lines.definition(context_h, SIGNATURE, "  }", CONTEXT_H)) + "\n"
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """context_pinned_driver.cpp around the Context.h member as 2.9.1's series leaves it."""
-    if not objc_lines.has_wheel(LINE):
-        _require(f"no unpacked upstream {LINE} wheel: make upstream-material fetches it", objc_lines.REQUIRE_ENV)
+    objc_lines.require_wheel(LINE)
     gxx = shutil.which("g++")
     if gxx is None:
-        _require("g++ is not installed: apt-get install -y g++", "CI")
+        objc_lines.skip_or_fail("g++ is not installed: apt-get install -y g++")
     work = tmp_path_factory.mktemp("context-pinned")
     tree = work / "tree"
     (tree / CONTEXT_H).parent.mkdir(parents=True)
