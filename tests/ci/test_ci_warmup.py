@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,21 +27,70 @@ def test_a_command_that_finishes_in_time(tmp_path: Path) -> None:
     assert warmup.next_step(tmp_path / "s.json", 2) == warmup.Next(todo=False, fresh=False)
 
 
+#: How long a test waits for a process to start or to end before it fails: generous, so that a
+#: busy machine (both cores taken by other work) is never mistaken for a fault.
+DEADLINE_S = 60.0
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for its reaper has ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    proc = Path("/proc")
+    if not proc.is_dir():  # macOS: kill's answer stands (launchd reaps an orphan at once)
+        return True
+    try:  # Linux: the state is the first field after the command's name in parentheses
+        state = (proc / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    """Wait for ``condition`` (polled), failing with ``what`` after DEADLINE_S."""
+    end = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"{what} (waited {DEADLINE_S:g} s)")
+        time.sleep(0.05)
+
+
 def test_the_time_box_interrupts_the_whole_process_group(tmp_path: Path) -> None:
     # The command starts a child (as make starts ninja and the compilers); both must stop.
-    marker = tmp_path / "child-alive"
-    child = (f"import time, pathlib\ntime.sleep(3)\npathlib.Path({str(marker)!r}).write_text('x')")
-    parent = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {child!r}])\ntime.sleep(60)"
-    start = time.monotonic()
-    state = warmup.run([PY, "-c", parent], minutes=0.02, stage=2, state_path=tmp_path / "s.json",
-                       grace=5)
-    assert time.monotonic() - start < 20
+    # The child must be running when the box ends, or the test proves nothing: on a busy
+    # machine the command can take longer than a short box to start it (and a child forked
+    # just as the interrupt comes misses it), so each try doubles the box until the child
+    # had started inside it. A try whose child came late has that child killed here.
+    grace = 5.0
+    for box_s in (1.2, 2.4, 4.8, 9.6, 19.2, 38.4):
+        attempt = tmp_path / f"box-{box_s:g}s"
+        attempt.mkdir()
+        child_pid, marker = attempt / "child.pid", attempt / "child-alive"
+        child = (f"import os, pathlib, time\npathlib.Path({str(child_pid)!r}).write_text(str(os.getpid()))\n"
+                 f"time.sleep(120)\npathlib.Path({str(marker)!r}).write_text('x')")
+        parent = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {child!r}])\ntime.sleep(600)"
+        started, start = time.time(), time.monotonic()
+        state = warmup.run([PY, "-c", parent], minutes=box_s / 60, stage=2,
+                           state_path=attempt / "s.json", grace=grace)
+        elapsed = time.monotonic() - start
+        if child_pid.exists() and child_pid.stat().st_mtime < started + box_s:
+            break
+        time.sleep(1)  # a child forked as the box ended has written its pid by now
+        if child_pid.exists() and _running(pid := int(child_pid.read_text())):
+            os.kill(pid, signal.SIGKILL)
+    else:
+        pytest.fail(f"the command never started its child within a {box_s:g} s time box")
+    # The box, then at most a grace period per signal (SIGINT, SIGTERM, SIGKILL), and slack.
+    assert elapsed < box_s + 3 * grace + 10
     assert (state.outcome, state.exit_code, state.stage) == ("unfinished", 0, 2)
-    time.sleep(4)
+    pid = int(child_pid.read_text())
+    _wait(lambda: not _running(pid), f"the child (pid {pid}) outlived the time box")
     assert not marker.exists(), "the child outlived the time box"
-    assert warmup.next_step(tmp_path / "s.json", 3) == warmup.Next(todo=True, fresh=False)
+    assert warmup.next_step(attempt / "s.json", 3) == warmup.Next(todo=True, fresh=False)
     with pytest.raises(BuildError, match="did not finish its compile in 2 jobs.*Press 'Re-run failed jobs'"):
-        warmup.ready(tmp_path / "s.json")
+        warmup.ready(attempt / "s.json")
 
 
 def test_a_failed_compile_stops_the_line(tmp_path: Path) -> None:
