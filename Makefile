@@ -42,12 +42,13 @@ SRC ?=
 TAG ?=
 EVENT ?=
 
-.PHONY: help build test test-torch upstream-material rehearse regress bench check-upstream ci-plan ci-simulate lint clean
+.PHONY: help build test test-quick test-torch upstream-material rehearse regress bench check-upstream ci-plan ci-simulate lint clean
 
 help:
 	@echo "make build [VERSION=2.15.0] [PYTHON='3.11 3.12'] [SOURCE=url|git|path] [SHA256=...] [LIBOMP=prefix] [TORCH_ONLY=1]"
 	@echo "                             torch, then its torchvision (TORCH_ONLY=1: torch alone)"
-	@echo "make test                    run the project's tests"
+	@echo "make test                    run the project's tests, on every core"
+	@echo "make test-quick              the orchestrator, the series and the policy, before a commit"
 	@echo "make -s test-torch           the pip arguments of the torch make test installs here"
 	@echo "make upstream-material       fetch the real upstream files the skipped tests need"
 	@echo "make rehearse [VERSION=...]  repair, verify, index and install on each line's official wheels"
@@ -116,8 +117,27 @@ build: $(VENV)/.stamp-build
 	fi; \
 	exit $$code
 
+# make test runs every test on every core (pytest-xdist; TEST_WORKERS=0 runs them in one
+# process) and lists the 25 slowest at the end. A module's tests stay on one worker
+# (--dist loadscope), so its fixtures are built once; what several modules need is built once
+# per run for all workers (tests/shared_run.py). PYTEST_ARGS adds pytest options.
+TEST_WORKERS ?= auto
+PYTEST_ARGS ?=
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
 test: $(TORCH_STAMP)
-	$(PY) -m pytest
+	$(PYTEST) --durations=25
+
+# The inner loop, before each commit (a few minutes; make test stays the whole suite that CI
+# runs): the orchestrator's stages and CLI, the catalog and the patch series as parsed
+# files, and the C++ device policy. Not the slow-marked end-to-end builds and installs, nor
+# the rehearsal on the official wheels (make rehearse).
+QUICK_TESTS = tests/orchestrator tests/core/test_catalog.py tests/core/test_patching.py \
+  tests/core/test_cli.py tests/patches_cpp/test_series.py tests/patches_cpp/test_policy.py \
+  tests/patches_cpp/test_device_state.py tests/patches_cpp/test_storage_policy.py
+
+test-quick: $(VENV)/.stamp
+	$(PYTEST) -m 'not slow' --ignore-glob='tests/orchestrator/test_orch_rehearse*' --durations=10 $(QUICK_TESTS)
 
 regress: $(TORCH_STAMP)
 	$(PY) -m tests.regress $(if $(DEVICE),--device $(DEVICE)) --out $(REPORTS)/regress $(REGRESS_ARGS)

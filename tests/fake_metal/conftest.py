@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 from intelmac_torch_builder.core import catalog, patching
 
+from .. import shared_run
 from ..patches_cpp import objc_lines
 from . import build
 
 REPO = Path(__file__).resolve().parents[2]
 LINES = [line.version for line in catalog.load().lines]
-OUTCOMES: dict[str, str] = {}
+#: What each line's build did in this run, for the summary tests/conftest.py prints.
+OUTCOMES = shared_run.summary("Objective-C++ run against the stand-in Metal (tests/fake_metal)")
 
 
 def require_toolchain() -> None:
@@ -38,7 +40,8 @@ def require_toolchain() -> None:
 @pytest.fixture(scope="session")
 def fake_metal_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_toolchain()
-    return build.fake_metal_library(tmp_path_factory.mktemp("fake-metal"))
+    return Path(shared_run.build_once(tmp_path_factory, "fake-metal",
+                                      lambda work: str(build.fake_metal_library(work))))
 
 
 def torch_lib_dir() -> Path:
@@ -109,15 +112,9 @@ class Line:
         return {r["id"]: r for r in results}
 
 
-_BUILDS: dict[str, Line] = {}
-
-
 def line_build(line: str, fake_lib: Path, factory: pytest.TempPathFactory,
                selection_source: Path | None = None, label: str = "") -> Line:
-    """The line's library (build.py), compiled once per session and label."""
-    key = line + label
-    if key in _BUILDS:
-        return _BUILDS[key]
+    """The line's library (build.py), compiled once per run and label (shared_run.build_once)."""
     require_toolchain()
     if not objc_lines.has_wheel(line):
         why = f"no unpacked upstream {line} wheel: make upstream-material fetches it"
@@ -125,7 +122,17 @@ def line_build(line: str, fake_lib: Path, factory: pytest.TempPathFactory,
             pytest.fail(why)
         OUTCOMES.setdefault(line, "skipped: " + why)
         pytest.skip(why)
-    work = factory.mktemp(f"line-{line}{label}")
+    made = shared_run.build_once(factory, f"line-{line}{label}",
+                                 lambda work: _build_line(line, fake_lib, work, selection_source))
+    lb = build.LineBuild(line, Path(made["library"]), made["headers"], Path(made["device_source"]),
+                         made["has_core_count"])
+    if not label:
+        OUTCOMES[line] = f"ran against the stand-in Metal (headers: {lb.headers})"
+    return Line(line, lb, Path(made["build_json"]), Path(made["python_layer"]))
+
+
+def _build_line(line: str, fake_lib: Path, work: Path, selection_source: Path | None) -> dict[str, Any]:
+    """line_build's compile, in ``work``; what it made, as JSON for the other workers."""
     series = list(catalog.load().line(line).patches)
     lt = objc_lines.prepare(line, series, work / "prep")
     exact_260 = exact_device_source()
@@ -145,11 +152,8 @@ def line_build(line: str, fake_lib: Path, factory: pytest.TempPathFactory,
     build_json.write_text(json.dumps({"library": str(lb.library), "fake_metal": str(fake_lib),
                                       "python_layer": str(layer), "upstream_python": str(upstream)}),
                           encoding="utf-8")
-    result = Line(line, lb, build_json, layer)
-    _BUILDS[key] = result
-    if not label:
-        OUTCOMES[line] = f"ran against the stand-in Metal (headers: {lb.headers})"
-    return result
+    return {"library": str(lb.library), "headers": lb.headers, "device_source": str(lb.device_source),
+            "has_core_count": lb.has_core_count, "build_json": str(build_json), "python_layer": str(layer)}
 
 
 def exact_260_file(path: str) -> str:
@@ -187,13 +191,6 @@ def patched_260_device(series: Sequence[Path], work: Path) -> str:
 @pytest.fixture(scope="session", params=LINES)
 def line(request: pytest.FixtureRequest, fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> Line:
     return line_build(request.param, fake_metal_lib, tmp_path_factory)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if OUTCOMES:
-        terminalreporter.section("Objective-C++ run against the stand-in Metal (tests/fake_metal)")
-        for version in sorted(OUTCOMES, key=lambda v: tuple(int(x) for x in v.split("."))):
-            terminalreporter.write_line(f"{version}: {OUTCOMES[version]}")
 
 
 def iter_records(result: dict[str, Any], kind: str) -> Iterator[dict[str, Any]]:

@@ -45,12 +45,3 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     return exe
 
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say, per release line, whether our Objective-C++ was parsed against its headers."""
-    from . import objc_lines
-
-    if objc_lines.OUTCOMES:
-        terminalreporter.section("Objective-C++ per release line (tests/patches_cpp/test_objc_lines.py)")
-        for line in sorted(objc_lines.OUTCOMES, key=lambda v: tuple(int(x) for x in v.split("."))):
-            terminalreporter.write_line(f"{line}: {objc_lines.OUTCOMES[line]}")

@@ -36,6 +36,7 @@ import pytest
 from intelmac_torch_builder.core import installed_headers, patching
 from intelmac_torch_builder.maint import check_upstream
 
+from .. import shared_run
 from .objc_stubs import STUBS
 
 UPSTREAM_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytorch-upstream"
@@ -45,8 +46,8 @@ OBJCXX_SUFFIXES = (".mm",)
 #: Upstream sources that no wheel contains and whose hooks call C++: checked for undeclared calls.
 HOOKED_SOURCES = (".mm", ".cpp")
 
-#: What each line's check did in this run, for the summary conftest.py prints.
-OUTCOMES: dict[str, str] = {}
+#: What each line's check did in this run, for the summary tests/conftest.py prints.
+OUTCOMES = shared_run.summary("Objective-C++ per release line (tests/patches_cpp/test_objc_lines.py)")
 
 
 def wheel_root(line: str) -> Path:
