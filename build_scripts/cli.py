@@ -30,6 +30,19 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "intelmac_torch_builder.core.native_deps",
 )
 
+#: The module that registers each command. A run imports that module alone (importing them
+#: all is most of a no-op `make build`'s time); a command not listed, or no command (--help),
+#: gets them all. tests/core/test_cli.py checks this against what each module registers.
+COMMAND_MODULES: dict[str, str] = {
+    **dict.fromkeys(
+        ("fetch", "patch", "build", "repair", "verify", "index", "all"), SUBCOMMAND_MODULES[0]
+    ),
+    "check-upstream": SUBCOMMAND_MODULES[1],
+    "rehearse": SUBCOMMAND_MODULES[2],
+    **dict.fromkeys(("matrix", "ci-plan"), SUBCOMMAND_MODULES[3]),
+    "native": SUBCOMMAND_MODULES[4],
+}
+
 
 class _Parser(argparse.ArgumentParser):
     """Says where the release line option went when an old ``--version X.Y.Z`` comes in."""
@@ -43,8 +56,9 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The parser; ``prog`` is what usage lines call the program (default: argv[0]'s name)."""
+def make_parser(prog: str | None = None, command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``prog`` is what usage lines call the program (default: argv[0]'s name).
+    With a known ``command``, only the module that registers it is imported (COMMAND_MODULES)."""
     parser = _Parser(
         prog=prog or Path(sys.argv[0]).name,
         description="Build patched PyTorch wheels with MPS on Intel Macs: "
@@ -58,7 +72,8 @@ def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
-    for name in SUBCOMMAND_MODULES:
+    modules = (COMMAND_MODULES[command],) if command in COMMAND_MODULES else SUBCOMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     return parser
 
@@ -73,8 +88,13 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     return args
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word, unless that is an option (--help, --version)."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    args = _parse(make_parser(prog), argv)
+    args = _parse(make_parser(prog, _command(sys.argv[1:] if argv is None else argv)), argv)
     try:
         code: int = args.func(args)
     except BuildError as exc:

@@ -238,3 +238,29 @@ def test_a_bad_option_shows_that_commands_usage(command: str) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith(f"usage: python -m intelmac_torch_builder {command} "), result.stderr
     assert "unrecognized arguments: --no-such-option" in result.stderr
+
+
+def test_each_command_is_found_in_the_module_that_registers_it() -> None:
+    """cli.COMMAND_MODULES (a run imports only the module of its command) is what they register."""
+    registered = {}
+    for name in cli.SUBCOMMAND_MODULES:
+        subparsers = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(name).register(subparsers)
+        registered.update(dict.fromkeys(subparsers.choices, name))
+    assert cli.COMMAND_MODULES == registered
+    assert set(COMMANDS) == set(registered)
+
+
+def _loaded(code: str) -> set[str]:
+    """The project's modules a fresh interpreter has imported after ``code``."""
+    probe = f"import sys\n{code}\nprint(*(m for m in sys.modules if m.startswith('intelmac_torch_builder')))"
+    return set(_run(sys.executable, "-c", probe).stdout.split())
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    """What a no-op `make build` spends its time on: `all` imports the pipeline and what it
+    needs, and none of the other commands' modules."""
+    for_all = _loaded("from intelmac_torch_builder import cli\ncli.make_parser(None, 'all')")
+    pipeline = _loaded("import intelmac_torch_builder.pipeline")
+    assert "intelmac_torch_builder.maint.rehearse" in _loaded("from intelmac_torch_builder import cli\ncli.make_parser()")
+    assert for_all - pipeline == {"intelmac_torch_builder.cli"}
