@@ -13,17 +13,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 from packaging.version import Version
 
 from ..core.errors import CatalogError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 #: The series and the catalog: the repository's patches/ folder, which an installed copy
 #: carries as the package data ``intelmac_torch_builder.patches``.
@@ -204,6 +207,47 @@ def _schema() -> dict[str, Any]:
     return load_schema("catalog.schema.json")
 
 
+def user_cache() -> Path:
+    """``$INTELMAC_CACHE`` or ``~/.cache/intelmac-torch``: what the user's builds share."""
+    return Path(os.environ.get("INTELMAC_CACHE") or Path.home() / ".cache" / "intelmac-torch")
+
+
+def _typed(value: Any) -> str:
+    """A YAML value JSON has no type for (a date), with its type: a date never reads as a string."""
+    return f"<{type(value).__name__} {value!r}>"
+
+
+def valid_note(schema: Mapping[str, Any], document: Any) -> Path:
+    """Where ``document`` is noted as valid against ``schema``: named by the digest of both."""
+    digest = hashlib.sha256()
+    for part in (schema, document):
+        digest.update(json.dumps(part, sort_keys=True, default=_typed).encode() + b"\0")
+    return user_cache() / "valid" / digest.hexdigest()
+
+
+def schema_errors(schema: Mapping[str, Any], document: Any) -> list[jsonschema.ValidationError]:
+    """Every place where ``document`` breaks ``schema`` (Draft 2020-12), in document order.
+
+    A document found valid is noted in the user's cache (valid_note), and the same document
+    against the same schema is not validated again: importing jsonschema alone was a fifth of
+    a no-op `make build`. A changed document or schema has another digest, so it is checked.
+    """
+    note = valid_note(schema, document)
+    if note.is_file():
+        return []
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    if not errors:
+        try:
+            note.parent.mkdir(parents=True, exist_ok=True)
+            note.touch()
+        except OSError:
+            pass  # a read-only home: validated again next time
+    return errors
+
+
 def _entry_name(raw: Any, index: int) -> str:
     """A line of the catalog as a person finds it: by its version, or by its position."""
     version = raw.get("version") if isinstance(raw, dict) else None
@@ -315,8 +359,7 @@ def _xcode_range(where: str, raw: Mapping[str, Any]) -> XcodeRange | None:
 
 def parse(path: Path, document: Any) -> Catalog:
     """Validate ``document`` (the YAML of ``path``) and turn it into a Catalog."""
-    validator = jsonschema.Draft202012Validator(_schema())
-    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    errors = schema_errors(_schema(), document)
     if errors:
         details = "\n".join("  " + _describe(path, document, e) for e in errors)
         raise CatalogError(f"The release catalog is malformed:\n{details}")

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-import jsonschema
 import yaml
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
@@ -44,7 +43,7 @@ from . import _fsutil
 from ._download import _part_paths, check_member, download
 from ._locks import held
 from ._log import Log
-from .catalog import DEFAULT_CATALOG, load_schema, yaml_error
+from .catalog import DEFAULT_CATALOG, load_schema, user_cache, yaml_error
 from .errors import BuildError, CatalogError
 from .options import FetchSettings
 
@@ -104,6 +103,8 @@ def load(path: Path | None = None) -> dict[str, NativePackage]:
         raise CatalogError(f"No native package pins at {path}.") from None
     except yaml.YAMLError as exc:
         raise CatalogError(yaml_error(path, exc)) from None
+    import jsonschema  # here, not at the top: a no-op `make build` never loads the pins
+
     try:
         jsonschema.validate(document, load_schema("native.schema.json"))
     except jsonschema.ValidationError as exc:
@@ -157,8 +158,7 @@ def _wheel_platform(package: NativePackage) -> str:
 
 def default_cache() -> Path:
     """``$INTELMAC_CACHE`` or ``~/.cache/intelmac-torch``, with ``native/`` below it."""
-    root = os.environ.get("INTELMAC_CACHE") or Path.home() / ".cache" / "intelmac-torch"
-    return Path(root) / "native"
+    return user_cache() / "native"
 
 
 def _members_of_conda(archive: Path) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo]]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,34 @@ def test_minimal_catalog_parses_to_typed_values(tmp_path: Path) -> None:
     assert line.patches == (tmp_path / "0001-x.patch",)
     assert line.source.sha256 is None
     assert loaded.wheel_version(line) == "1.0.0+intelmac"
+
+
+def test_a_valid_catalog_is_validated_once_and_a_changed_one_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The note that spares a no-op `make build` importing jsonschema (catalog.schema_errors)."""
+    monkeypatch.setenv("INTELMAC_CACHE", str(tmp_path / "cache"))
+    path = _write(tmp_path, _minimal())
+    catalog.load(path)
+    notes = list((tmp_path / "cache" / "valid").iterdir())
+    assert len(notes) == 1
+    with monkeypatch.context() as blocked:
+        blocked.setitem(sys.modules, "jsonschema", None)  # importing it now fails
+        assert catalog.load(path).line("1.0.0").python == ("3.10", "3.12")
+    document = _minimal()
+    document["lines"][0]["python"] = ["three"]  # type: ignore[index]
+    with pytest.raises(CatalogError, match=r"field 'python.0'"):
+        catalog.load(_write(tmp_path, document))
+    notes[0].unlink()
+    document["lines"][0]["python"] = ["3.12"]  # type: ignore[index]
+    changed = catalog.load(_write(tmp_path, document))
+    assert changed.line("1.0.0").python == ("3.12",)
+    assert len(list((tmp_path / "cache" / "valid").iterdir())) == 1  # its own note
+    # A date (which YAML reads as one) is not noted as the same document as that text.
+    text, date = _minimal(), _minimal()
+    text["lines"][0]["mps_min_macos"] = "2024-01-01"  # type: ignore[index]
+    date["lines"][0]["mps_min_macos"] = datetime.date(2024, 1, 1)  # type: ignore[index]
+    schema = catalog.load_schema("catalog.schema.json")
+    assert catalog.valid_note(schema, text) != catalog.valid_note(schema, date)
 
 
 def test_error_names_file_entry_and_field(tmp_path: Path) -> None:
