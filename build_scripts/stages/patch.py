@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,31 @@ def _wanted_marker(options: Options, record: SourceRecord) -> dict[str, Any]:
     }
 
 
+#: The marker's sha256 of each file the series touches, as this stage left it (None: absent).
+TOUCHED = "touched_files"
+
+
+def _digest(path: Path) -> str | None:
+    return _fsutil.sha256_file(path) if path.is_file() else None
+
+
+def _touched(tree: Path, series: Sequence[Path]) -> dict[str, str | None]:
+    """The sha256 of every file ``series`` touches in ``tree``, by path."""
+    paths = sorted({change.path for patch in series for change in patching.file_changes(patch)})
+    return {path: _digest(tree / path) for path in paths}
+
+
+def _still_patched(tree: Path, series: Sequence[Path], marker: dict[str, Any]) -> bool:
+    """Whether ``tree`` still carries the series. Files just as this stage left them (the
+    marker's digests) do, without a git process per patch (a no-op `make build`); after an
+    edit, or with a marker from before the digests, the series must still reverse cleanly."""
+    touched = marker.get(TOUCHED)
+    if isinstance(touched, dict) and touched:
+        if all(_digest(tree / path) == digest for path, digest in touched.items()):
+            return True
+    return patching.is_applied(tree, series)
+
+
 def patch(options: Options, log: Log) -> Path:
     """Make ``<work>/<version>/patched`` carry the line's series; returns its path."""
     layout = options.layout
@@ -47,7 +73,7 @@ def patch(options: Options, log: Log) -> Path:
     wanted = _wanted_marker(options, record)
     current = read_series_marker(layout.patched_tree)
     if current is not None and all(current.get(key) == value for key, value in wanted.items()):
-        if not series or patching.is_applied(layout.patched_tree, series):
+        if not series or _still_patched(layout.patched_tree, series, current):
             log.info(f"Already patched (series {fingerprint[:12]}): {layout.patched_tree}")
             return layout.patched_tree
         log.warning(f"{layout.patched_tree} no longer carries the series; patching a fresh copy")
@@ -78,7 +104,8 @@ def patch(options: Options, log: Log) -> Path:
             # Same upstream source, new series: keep the CMake/ninja tree, so only what the
             # new patches touch recompiles.
             os.rename(old_build, staging / "build")
-        _fsutil.write_json_atomic(staging / SERIES_MARKER, {**wanted, "applied_here": not already})
+        marker = {**wanted, "applied_here": not already, TOUCHED: _touched(staging, series)}
+        _fsutil.write_json_atomic(staging / SERIES_MARKER, marker)
         _fsutil.swap_dir_into_place(staging, layout.patched_tree)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -8,6 +8,9 @@ import shutil
 import zipfile
 from pathlib import Path
 
+import pytest
+from intelmac_torch_builder.core import patching
+
 from orch_fixture import MPS_BEFORE, POLICY_PATH, write_conflicting_patch
 from orch_project import Project
 
@@ -37,6 +40,40 @@ def test_patch_applies_to_a_copy_and_records_the_fingerprint(project: Project) -
     again = project.cli("patch")
     assert again.code == 0
     assert "Already patched" in again.err
+
+
+def test_an_unchanged_patched_tree_is_known_without_git_and_an_edited_one_is_checked(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marker's digests of the files the series touches spare a no-op the git process per
+    patch; a touched file edited since is checked the old way, by reversing the series."""
+    assert project.cli("fetch").code == 0
+    assert project.cli("patch").code == 0
+    patched = project.work / project.version / "patched"
+    marker = json.loads((patched / ".intelmac-series.json").read_text())
+    touched = {change.path for patch in project.patches for change in patching.file_changes(patch)}
+    assert set(marker["touched_files"]) == touched
+    assert marker["touched_files"][POLICY_PATH] == hashlib.sha256((patched / POLICY_PATH).read_bytes()).hexdigest()
+    calls: list[object] = []
+    real = patching._git_apply
+    monkeypatch.setattr(patching, "_git_apply", lambda *args: calls.append(args) or real(*args))
+    again = project.cli("patch")
+    assert again.code == 0 and "Already patched" in again.err, again.text
+    assert calls == []
+    # Digests that no longer match (an edit the series' hunks do not see), or none (a marker
+    # from before them): the series is reversed with git, and the tree kept when it reverses.
+    for digests in ({path: "0" * 64 for path in touched}, None):
+        marker["touched_files"] = digests
+        (patched / ".intelmac-series.json").write_text(json.dumps(marker))
+        calls.clear()
+        again = project.cli("patch")
+        assert again.code == 0 and "Already patched" in again.err, again.text
+        assert len(calls) == len(project.patches)
+    mps = patched / "torch/backends/mps/__init__.py"
+    # An edit that takes the series' lines out: a fresh copy is patched.
+    mps.write_text((project.work / project.version / "source" / "torch/backends/mps/__init__.py").read_text())
+    again = project.cli("patch")
+    assert again.code == 0 and "no longer carries the series" in again.err, again.text
+    assert "allow_intel_gpu" in mps.read_text()
 
 
 def test_conflict_names_patch_file_and_hunk_and_leaves_no_tree(project: Project) -> None:
