@@ -50,12 +50,17 @@ def _touched(tree: Path, series: Sequence[Path]) -> dict[str, str | None]:
 def _still_patched(tree: Path, series: Sequence[Path], marker: dict[str, Any]) -> bool:
     """Whether ``tree`` still carries the series. Files just as this stage left them (the
     marker's digests) do, without a git process per patch (a no-op `make build`); after an
-    edit, or with a marker from before the digests, the series must still reverse cleanly."""
+    edit, or with a marker from before the digests, the series must still reverse cleanly,
+    and the digests are then recorded afresh."""
     touched = marker.get(TOUCHED)
     if isinstance(touched, dict) and touched:
         if all(_digest(tree / path) == digest for path, digest in touched.items()):
             return True
-    return patching.is_applied(tree, series)
+    if not patching.is_applied(tree, series):
+        return False
+    # It carries the series as its files are now: the next run needs no git to see it.
+    _fsutil.write_json_atomic(tree / SERIES_MARKER, {**marker, TOUCHED: _touched(tree, series)})
+    return True
 
 
 def patch(options: Options, log: Log) -> Path:

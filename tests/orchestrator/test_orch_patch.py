@@ -68,6 +68,8 @@ def test_an_unchanged_patched_tree_is_known_without_git_and_an_edited_one_is_che
         again = project.cli("patch")
         assert again.code == 0 and "Already patched" in again.err, again.text
         assert len(calls) == len(project.patches)
+        again = project.cli("patch")  # the digests were recorded afresh: no git this time
+        assert "Already patched" in again.err and len(calls) == len(project.patches), again.text
     mps = patched / "torch/backends/mps/__init__.py"
     # An edit that takes the series' lines out: a fresh copy is patched.
     mps.write_text((project.work / project.version / "source" / "torch/backends/mps/__init__.py").read_text())
