@@ -202,22 +202,28 @@ def _remove_cached(path: Path) -> None:
     _hash_note(path).unlink(missing_ok=True)
 
 
-def _cached_sha256(path: Path) -> str:
-    """The file's sha256, from its ``.sha256`` note when size and mtime still match."""
-    note = _hash_note(path)
+def _cached_sha256(path: Path, note: Path | None = None) -> str:
+    """The file's sha256, from its note (``<file>.sha256.json`` beside a download, or ``note``)
+    while the note still describes it: the same path, size, mtime and ctime (a rewrite, a
+    touch or another file copied there with its mtime kept all change the ctime)."""
+    note = note or _hash_note(path)
     stat = path.stat()
+    seen = {
+        "path": str(path.absolute()),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,
+    }
     known = _fsutil.read_json(note)
-    if (
-        isinstance(known, dict)
-        and known.get("size") == stat.st_size
-        and known.get("mtime_ns") == stat.st_mtime_ns
-    ):
+    if isinstance(known, dict) and all(known.get(key) == value for key, value in seen.items()):
         return str(known["sha256"])
     digest = _fsutil.sha256_file(path)
-    _fsutil.write_json_atomic(
-        note, {"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    )
+    _fsutil.write_json_atomic(note, {"sha256": digest, **seen})
     return digest
+
+
+#: A local tarball's hash note, in the work dir (the tarball's folder is the user's).
+LOCAL_TARBALL_NOTE = "tarball.sha256.json"
 
 
 def _mismatch(path: Path, expected: str, actual: str, origin: str, removed: bool) -> BuildError:
@@ -430,7 +436,8 @@ def fetch(options: Options, log: Log) -> SourceRecord:
         archive, sha = fetch_tarball(options, source, log)
     elif source.kind == "tarball":
         archive = Path(source.location)
-        sha = _fsutil.sha256_file(archive)
+        # Hashed again only when it changed: a no-op `make build` re-read all of it.
+        sha = _cached_sha256(archive, layout.root / LOCAL_TARBALL_NOTE)
         if source.expected_sha256 and sha != source.expected_sha256:
             raise _mismatch(archive, source.expected_sha256, sha, source.pin_origin, removed=False)
         if source.expected_sha256:

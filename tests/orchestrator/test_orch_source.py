@@ -221,6 +221,36 @@ def test_local_tarball_with_wrong_sha256_is_kept_and_refused(project: Project) -
     assert project.server.requests == []  # offline: the server was never asked
 
 
+def test_a_local_tarball_is_hashed_again_only_when_it_changes(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A no-op `make build` from a local tarball reads its hash from the work dir's note;
+    a changed tarball (new content, or only a rewrite) is hashed and checked again."""
+    copy = project.root / "my-copy.tar.gz"
+    shutil.copyfile(project.tarball, copy)
+    assert project.cli("fetch", "--source", str(copy), "--sha256", project.sha256).code == 0
+    note = project.work / project.version / source.LOCAL_TARBALL_NOTE
+    assert json.loads(note.read_text())["sha256"] == project.sha256
+    hashed: list[Path] = []
+    real = source._fsutil.sha256_file
+    monkeypatch.setattr(source._fsutil, "sha256_file", lambda path: hashed.append(path) or real(path))
+    again = project.cli("fetch", "--source", str(copy), "--sha256", project.sha256)
+    assert again.code == 0 and "Source tree up to date" in again.err, again.text
+    assert hashed == []
+    # The same bytes written again (as a copy over it would): hashed, and still the same tree.
+    copy.write_bytes(copy.read_bytes())
+    again = project.cli("fetch", "--source", str(copy), "--sha256", project.sha256)
+    assert again.code == 0 and "Source tree up to date" in again.err, again.text
+    assert hashed == [copy]
+    # Other content under the old pin: refused; with its own pin: extracted afresh.
+    copy.write_bytes(tar_bytes([(tarfile.TarInfo("pytorch-v1.0.0/setup.py"), b"print('changed')\n")]))
+    refused = project.cli("fetch", "--source", str(copy), "--sha256", project.sha256)
+    assert refused.code == 1 and f"expected {project.sha256}" in refused.err, refused.text
+    changed = hashlib.sha256(copy.read_bytes()).hexdigest()
+    again = project.cli("fetch", "--source", str(copy), "--sha256", changed)
+    assert again.code == 0 and "Source tree up to date" not in again.err, again.text
+    assert (project.work / project.version / "source" / "setup.py").read_text() == "print('changed')\n"
+
+
 def test_local_release_tarball_is_checked_against_the_catalog_pin(project: Project) -> None:
     # A file named like the release tarball, given without SHA256, with other content.
     elsewhere = project.root / "downloads-elsewhere" / project.tarball_name
