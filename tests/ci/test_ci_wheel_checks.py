@@ -180,7 +180,10 @@ def test_feature_checks_pass_on_the_real_cpu_torch(tmp_path: Path) -> None:
 def test_feature_checks_catch_a_wheel_unlike_the_catalog(tmp_path: Path, spec: str, failing: str,
                                                          why: str) -> None:
     pytest.importorskip("torch")
-    result = run_checks("--only", "features", "--expect-features", spec, cwd=tmp_path)
+    # Without torch.compile's kernel build (most of the run): it does not read the spec, and
+    # the two tests around this one check it passes and fails.
+    result = run_checks("--only", "features", "--expect-features", spec, "--skip", "torch-compile-cpu",
+                        cwd=tmp_path)
     assert result.returncode != 0
     line = next((item for item in result.stdout.splitlines()
                  if item.startswith(f"FAIL {failing}:")), "")
