@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from intelmac_torch_builder.core import patching
 
+from .. import shared_run
+
 REPO = Path(__file__).resolve().parents[2]
 POLICY_PATCH = REPO / "patches" / "common" / "0001-mps-portable-device-policy.patch"
 DRIVER = Path(__file__).resolve().parent / "policy_driver.cpp"
@@ -16,11 +18,16 @@ DRIVER = Path(__file__).resolve().parent / "policy_driver.cpp"
 
 @pytest.fixture(scope="session")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """policy_driver.cpp built around the MPSDevicePolicy.h that patch 0001 carries."""
+    """policy_driver.cpp built around the MPSDevicePolicy.h that patch 0001 carries, once per
+    run for all workers (tests/shared_run.py)."""
     gxx = shutil.which("g++")
     if gxx is None:
         pytest.skip("g++ is not installed: the C++ policy cannot be compiled on this machine")
-    work = tmp_path_factory.mktemp("policy")
+    built = shared_run.build_once(tmp_path_factory, "policy-driver", lambda work: str(_build_driver(gxx, work)))
+    return Path(built)
+
+
+def _build_driver(gxx: str, work: Path) -> Path:
     tree = work / "tree"
     tree.mkdir()
     # The header under test is the one the patch carries, not patches/src.

@@ -19,14 +19,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from py_support import SOURCE_2_6, python_series
 
+from tests import shared_run
+
 
 @pytest.fixture(scope="session")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed (apt-get install g++): the policy shim cannot be built")
-    work = tmp_path_factory.mktemp("policy-shim")
-    include = check_upstream.materialise_header(python_series("2.6.0"), work / "tree")
-    return check_upstream.build_shim(include, work / "build")
+    def build(work: Path) -> str:
+        include = check_upstream.materialise_header(python_series("2.6.0"), work / "tree")
+        return str(check_upstream.build_shim(include, work / "build"))
+
+    return Path(shared_run.build_once(tmp_path_factory, "policy-shim", build))  # once for all workers
 
 
 @pytest.fixture(scope="session")
