@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 from . import _fsutil
 from ._log import Log
@@ -185,6 +184,8 @@ def download(url: str, destination: Path, settings: FetchSettings, log: Log) -> 
     destination.parent.mkdir(parents=True, exist_ok=True)
     if urlparse(url).scheme == "file":
         # requests has no file:// adapter; the catalog allows such URLs for local mirrors.
+        from urllib.request import url2pathname  # here: urllib.request loads http.client
+
         local = Path(url2pathname(urlparse(url).path))
         if not local.is_file():
             raise BuildError(f"{url}: no such file.")

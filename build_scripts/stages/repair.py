@@ -11,7 +11,6 @@ Every wheel then gets ``<dist-info>/INTELMAC_BUILD.json`` (see ``buildinfo``).
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import shutil
 import sys
 import tempfile
@@ -77,6 +76,8 @@ def delocate_env(options: Options) -> dict[str, str]:
 
 
 def _delocate_version() -> str | None:
+    import importlib.metadata  # here: a no-op `make build` never repairs, and it is slow to load
+
     try:
         return importlib.metadata.version("delocate")
     except importlib.metadata.PackageNotFoundError:
