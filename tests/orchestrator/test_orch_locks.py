@@ -60,14 +60,19 @@ def test_second_build_waits_for_the_first(
     ]  # fmt: skip
     waiter = threading.Thread(target=lambda: codes.append(cli.main(argv)))
     waiter.start()
-    time.sleep(1.0)
+    err = ""
+    deadline = time.monotonic() + 60  # generous: the suite runs on busy machines
+    while "Waiting for the other build" not in err:
+        assert time.monotonic() < deadline, f"the second build never said it waits:\n{err}"
+        time.sleep(0.05)
+        err += capsys.readouterr().err
     assert waiter.is_alive()  # still queued behind the other build
     assert project.server.requests == []
     assert other_build.stdin is not None
     other_build.stdin.close()  # the other build finishes
     waiter.join(timeout=30)
     assert codes == [0]
-    err = capsys.readouterr().err
+    err += capsys.readouterr().err
     assert "Waiting for the other build of PyTorch 1.0.0" in err
     assert (project.work / project.version / "source" / "setup.py").is_file()
 

@@ -127,7 +127,7 @@ def test_a_group_process_ends_with_its_parent(tmp_path: Path) -> None:
             return False
         return "\nState:\tZ" not in state
 
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # generous: the suite runs on busy machines
     while alive() and time.monotonic() < deadline:
         time.sleep(0.2)
     if alive():

@@ -158,7 +158,8 @@ def _stop_mid_check(out: Path, sig: signal.Signals) -> tuple[int, str]:
     )  # fmt: skip
     assert proc.stdout is not None
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)  # type: ignore[union-attr]
+    reader.start()
     seen = []
     deadline = time.monotonic() + 240  # the start-up of one group, on a very loaded runner
     while time.monotonic() < deadline:
@@ -177,7 +178,7 @@ def _stop_mid_check(out: Path, sig: signal.Signals) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"{sig.name} did not stop the run: {''.join(seen)}")
-    time.sleep(0.5)  # the reader thread takes the rest
+    reader.join(timeout=60)  # the reader takes the rest, to the end of the output
     while not lines.empty():
         seen.append(lines.get())
     return code, "".join(seen)
