@@ -228,9 +228,10 @@ def _torch_built_against(options: Options, python: PythonTarget) -> str | None:
 def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None:
     """The indexed wheels of this target when all are present and match; else None.
 
-    Matching means the same upstream version, wheel version, builder, series fingerprint
-    and source sha256 (so only a source whose hash is known without fetching can be a
-    no-op), the wheel's bytes still hash to what was verified, and the index lists it.
+    Matching means the same upstream version, wheel version, builder, series fingerprint,
+    source sha256 (so only a source whose hash is known without fetching can be a no-op) and
+    the catalog's macOS deployment target and MPS minimum, the wheel's bytes still hash to
+    what was verified, and the index lists it.
     """
     if source_sha256 is None:
         return None
@@ -245,6 +246,8 @@ def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None
         "builder": options.builder,
         "series_fingerprint": options.line.series_fingerprint,
         "source_sha256": source_sha256,
+        "macos_deployment_target": options.line.macos_deployment_target,
+        "mps_min_macos": options.line.mps_min_macos,
     }
     found: list[Path] = []
     candidates = indexed_wheels(options.wheels_dir)

@@ -185,8 +185,8 @@ def write_catalog(
                 },
                 "patches": [str(Path(p).relative_to(folder)) for p in line.get("patches", [])],  # type: ignore[attr-defined]
                 "python": line.get("python", [python]),
-                "macos_deployment_target": "13.0",
-                "mps_min_macos": "13.0",
+                "macos_deployment_target": line.get("macos_deployment_target", "13.0"),
+                "mps_min_macos": line.get("mps_min_macos", "13.0"),
                 "build_env": line.get("build_env", {}),
             }
             for line in lines

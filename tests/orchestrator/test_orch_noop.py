@@ -76,6 +76,14 @@ def test_a_changed_catalog_rebuilds(built: Project) -> None:
     assert info["patches"] == [built.patches[0].name]
 
 
+@pytest.mark.parametrize("field", ["macos_deployment_target", "mps_min_macos"])
+def test_a_changed_macos_target_in_the_catalog_rebuilds(built: Project, field: str) -> None:
+    """The catalog's macOS fields, which the wheel's build information records."""
+    built.rewrite_catalog(**{field: "14.0"})
+    info, _ = _rebuilt(built)
+    assert info[field] == "14.0"
+
+
 def test_a_changed_option_rebuilds(built: Project) -> None:
     """Another builder: the wheel in the index was not built by it, so the build stage runs
     (and refuses this tree, whose backend is setuptools)."""
