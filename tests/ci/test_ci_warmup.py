@@ -16,6 +16,10 @@ from intelmac_torch_builder.core.errors import BuildError
 from intelmac_torch_builder.ci import budget, warmup
 
 PY = sys.executable
+#: A command's first line: SIGINT stops it, as it stops a compiler. A shell starts a background
+#: job (`make test &`) with SIGINT ignored and its children inherit that; the time box's
+#: SIGINT would then do nothing, and each test would wait for the grace period and SIGTERM.
+SIGINT_STOPS = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
 
 
 def test_a_command_that_finishes_in_time(tmp_path: Path) -> None:
@@ -68,9 +72,10 @@ def test_the_time_box_interrupts_the_whole_process_group(tmp_path: Path) -> None
         attempt = tmp_path / f"box-{box_s:g}s"
         attempt.mkdir()
         child_pid, marker = attempt / "child.pid", attempt / "child-alive"
-        child = (f"import os, pathlib, time\npathlib.Path({str(child_pid)!r}).write_text(str(os.getpid()))\n"
+        child = (f"{SIGINT_STOPS}import os, pathlib, time\npathlib.Path({str(child_pid)!r}).write_text(str(os.getpid()))\n"
                  f"time.sleep(120)\npathlib.Path({str(marker)!r}).write_text('x')")
-        parent = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {child!r}])\ntime.sleep(600)"
+        parent = (f"{SIGINT_STOPS}import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {child!r}])\n"
+                  "time.sleep(600)")
         started, start = time.time(), time.monotonic()
         state = warmup.run([PY, "-c", parent], minutes=box_s / 60, stage=2,
                            state_path=attempt / "s.json", grace=grace)
@@ -125,7 +130,7 @@ def test_no_state_starts_afresh_from_the_actions_cache(tmp_path: Path) -> None:
 def test_the_last_job_fails_when_the_compile_is_unfinished(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # So that "Re-run failed jobs" runs it (and the wheel jobs) again; earlier jobs hand on.
-    slow = [PY, "-c", "import time; time.sleep(30)"]
+    slow = [PY, "-c", SIGINT_STOPS + "import time; time.sleep(30)"]
     state = tmp_path / "s.json"
     for stage, code in ((budget.WARMUP_JOBS - 1, 0), (budget.WARMUP_JOBS, 1)):
         assert warmup.main(["run", "--minutes", "0.01", "--stage", str(stage), "--state",
@@ -143,7 +148,7 @@ def test_the_shared_compile_runs_no_packaging_stage() -> None:
 
 def test_several_commands_share_one_time_box(tmp_path: Path) -> None:
     marker = tmp_path / "third-ran"
-    commands = [[PY, "-c", "pass"], [PY, "-c", "import time; time.sleep(30)"],
+    commands = [[PY, "-c", "pass"], [PY, "-c", SIGINT_STOPS + "import time; time.sleep(30)"],
                 [PY, "-c", f"open({str(marker)!r}, 'w')"]]
     state = warmup.run_all(commands, minutes=0.02, stage=1, state_path=tmp_path / "s.json",
                            grace=5)
