@@ -52,7 +52,7 @@ from ..core.records import BUILT, VERIFIED, SourceRecord
 from ..stages import index as index_stage
 from ..stages import repair, verify
 from . import official_wheels
-from .check_upstream import filter_series, wheel_path
+from .check_upstream import filter_series
 
 #: The one Python whose official wheels are rehearsed (official_wheels.PYTHON).
 PYTHON = PythonTarget(official_wheels.PYTHON, sys.executable, True)
@@ -111,7 +111,7 @@ def _landing(patches: tuple[Path, ...]) -> dict[str, patching.FileChange]:
     for patch in patches:
         for change in patching.file_changes(patch):
             # A .pyi.in lands as the .pyi generated from it, which verify does not compare.
-            if wheel_path(change.path) is not None and not change.path.endswith(".pyi.in"):
+            if patching.wheel_path(change.path) is not None and not change.path.endswith(".pyi.in"):
                 final[change.path] = change
     return final
 
@@ -126,7 +126,7 @@ def patched_files(official: zipfile.ZipFile, patches: tuple[Path, ...], tree: Pa
     members = set(official.namelist())
     shutil.rmtree(tree, ignore_errors=True)
     for path, change in landing.items():
-        installed = wheel_path(path)
+        installed = patching.wheel_path(path)
         if change.is_new or installed not in members:
             continue
         target = tree / path
@@ -176,6 +176,25 @@ def _metadata(text: str, options: Options) -> str:
     return out
 
 
+def series_members(source: zipfile.ZipFile, landing: dict[str, patching.FileChange],
+                   tree: Path) -> tuple[dict[str, bytes], set[str], int]:
+    """The wheel members the series gives (installed path -> bytes), those it removes, and
+    how many headers went inside the line's install guard."""
+    replaced: dict[str, bytes] = {}
+    removed: set[str] = set()
+    guarded = 0
+    for path, change in landing.items():
+        installed = str(patching.wheel_path(path))
+        if change.is_removed:
+            removed.add(installed)
+            continue
+        body = (tree / path).read_bytes()
+        guard = _guard_for(source, installed) if installed.startswith("torch/include/") else None
+        guarded += guard is not None
+        replaced[installed] = guard.wrap(body) if guard else body
+    return replaced, removed, guarded
+
+
 def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[Path, str]:
     """The wheel our build stage would leave in raw/, made from ``official``; and what was done."""
     name, _, _, tags = parse_wheel_filename(official.name)
@@ -186,18 +205,7 @@ def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[
         old_info = buildinfo.dist_info_dir(source.namelist())
         new_info = f"{options.line.name}-{options.wheel_version}.dist-info"
         landing = patched_files(source, options.line.patches, tree)
-        replaced: dict[str, bytes] = {}
-        removed: set[str] = set()
-        guarded = 0
-        for path, change in landing.items():
-            installed = str(wheel_path(path))
-            if change.is_removed:
-                removed.add(installed)
-                continue
-            body = (tree / path).read_bytes()
-            guard = _guard_for(source, installed) if installed.startswith("torch/include/") else None
-            guarded += guard is not None
-            replaced[installed] = guard.wrap(body) if guard else body
+        replaced, removed, guarded = series_members(source, landing, tree)
         out_dir.mkdir(parents=True, exist_ok=True)
         destination = out_dir / filename
         temp = destination.with_name(f".{filename}.tmp")
