@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import functools
 import io
 import re
 import shutil
@@ -43,15 +42,27 @@ from typing import Any
 from packaging.utils import parse_wheel_filename
 from rich.console import Console
 
-from ..core import _binaries, _fsutil, buildinfo, companion, installed_headers, patching
+from ..core import (
+    _binaries,
+    _fsutil,
+    buildinfo,
+    companion,
+    installed_headers,
+    macho_checks,
+    native_deps,
+    openmp_layout,
+    patching,
+)
 from ..core import catalog as catalog_mod
 from ..core._log import Log
 from ..core.errors import BuildError
+from ..core.host import Host
 from ..core.options import Options, PythonTarget, resolve
 from ..core.records import BUILT, VERIFIED, SourceRecord
+from ..platforms import macos
 from ..stages import index as index_stage
 from ..stages import repair, verify
-from . import official_wheels
+from . import mac_tools, official_wheels
 from .check_upstream import filter_series
 
 #: The one Python whose official wheels are rehearsed (official_wheels.PYTHON).
@@ -241,17 +252,9 @@ def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[
     return destination, what
 
 
-@functools.cache
 def install_name_tool() -> str:
-    """LLVM's install_name_tool: the stand-in here for Apple's, which delocate runs on a Mac."""
-    for name in ("install_name_tool", "llvm-install-name-tool",
-                 *(f"llvm-install-name-tool-{v}" for v in range(30, 13, -1))):  # fmt: skip
-        found = shutil.which(name)
-        if found:
-            return found
-    raise BuildError(
-        "no install_name_tool: the rehearsal edits LC_RPATHs with LLVM's (apt-get install llvm)"
-    )
+    """LLVM's install_name_tool: the stand-in here for Apple's, which our build uses on a Mac."""
+    return mac_tools.llvm_tool(mac_tools.LLVM_NAMES["install_name_tool"])
 
 
 def link_edits(data: bytes, member: str, options: Options) -> tuple[bytes, list[str]]:
@@ -310,14 +313,12 @@ def _libomp_prefix(official: Path, root: Path) -> Path | None:
     return header.parent.parent
 
 
-def build(options: Options, fetched: official_wheels.OfficialWheel, official: Path) -> tuple[Path, str]:
-    """What the source, patch and build stages leave for repair: source.json, the patched
-    files, raw/<wheel> and built.json."""
+def built_json(options: Options, fetched: official_wheels.OfficialWheel, official: Path,
+               wheel: Path, libomp_prefix: Path | None) -> None:
+    """source.json and built.json, as the source and build stages leave them for repair."""
     layout = options.layout
-    shutil.rmtree(layout.root, ignore_errors=True)
     source = SourceRecord("url", fetched.url, fetched.sha256, None, "rehearsal-" + fetched.sha256[:12])
     _fsutil.write_json_atomic(layout.source_record, source.to_json())
-    wheel, what = shape(official, options, layout.patched_tree, layout.raw(PYTHON))
     record: dict[str, Any] = {
         "wheel": str(wheel),
         "python": PYTHON.version,
@@ -334,12 +335,21 @@ def build(options: Options, fetched: official_wheels.OfficialWheel, official: Pa
         "built_at": buildinfo.now(),
     }
     if options.companion_of is None:
-        prefix = _libomp_prefix(official, layout.root)
-        record["libomp_prefix"] = str(prefix) if prefix else str(layout.root / "no-omp.h")
+        record["libomp_prefix"] = str(libomp_prefix) if libomp_prefix else str(layout.root / "no-omp.h")
     else:
         torch_wheel = Path(_fsutil.read_json(options.companion_of.layout.dist(PYTHON) / VERIFIED)["wheel"])
         record["built_against"] = {"wheel": torch_wheel.name, "sha256": _fsutil.sha256_file(torch_wheel)}
     _fsutil.write_json_atomic(layout.dist(PYTHON) / BUILT, record)
+
+
+def build(options: Options, fetched: official_wheels.OfficialWheel, official: Path) -> tuple[Path, str]:
+    """What the source, patch and build stages leave for repair: source.json, the patched
+    files, raw/<wheel> and built.json."""
+    layout = options.layout
+    shutil.rmtree(layout.root, ignore_errors=True)
+    wheel, what = shape(official, options, layout.patched_tree, layout.raw(PYTHON))
+    prefix = _libomp_prefix(official, layout.root) if options.companion_of is None else None
+    built_json(options, fetched, official, wheel, prefix)
     return wheel, what
 
 
@@ -417,36 +427,144 @@ def rehearse_line(r: Rehearsal, version: str, work: Path, log: Log, args: argpar
         run_target(r, target, official, fetched, log)
 
 
-def sanitized(official: Path, destination: Path, options: Options) -> tuple[Path, list[str]]:
-    """A copy of ``official`` whose Mach-O files carry the LC_RPATHs delocate would leave."""
-    edited: list[str] = []
+#: macOS, as repair_one asks the host: delocate runs here through maint/mac_tools' stand-ins.
+MAC = Host("Darwin", "x86_64", "rehearsal", 1, 0, None, None, None)
+
+
+def pinned_openmp(log: Log, offline: bool) -> Path:
+    """The pinned llvm-openmp's prefix (x86_64, what our build links), fetched if need be."""
+    package = native_deps.load()[macos.OPENMP_PACKAGE]
+    prefix = native_deps.default_cache() / package.prefix_name()
+    if offline and not (prefix / ".complete").is_file():
+        raise BuildError(f"the pinned {package.name} is not in {prefix.parent}: fetch it with "
+                         f"python -m intelmac_torch_builder native fetch {package.name}")  # fmt: skip
+    return native_deps.ensure(package, native_deps.default_cache(), log)
+
+
+def outside_openmp(prefix: Path, official: zipfile.ZipFile, runtime: str | None,
+                   pinned: Path | None = None) -> Path:  # fmt: skip
+    """The OpenMP runtime our build links, outside the wheel as the build sees it: the pinned
+    llvm-openmp's libomp.dylib (from ``pinned``), or ``runtime`` of ``official`` (an arm64
+    line), with its own absolute path as its install id, as platforms/macos.py gives it."""
+    dylib = prefix / "lib" / "libomp.dylib"
+    dylib.parent.mkdir(parents=True, exist_ok=True)
+    if runtime is None:
+        assert pinned is not None
+        shutil.copyfile(pinned / "lib" / "libomp.dylib", dylib)
+        (prefix / "include").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pinned / "include" / "omp.h", prefix / "include" / "omp.h")
+    else:
+        dylib.write_bytes(official.read(runtime))
+    _edit(dylib, ["-id", str(dylib)])
+    return dylib
+
+
+def _edit(path: Path, argv: list[str]) -> None:
+    done = subprocess.run([install_name_tool(), *argv, str(path)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BuildError(f"{path.name}: {install_name_tool()} {' '.join(argv)} failed: {done.stderr.strip()}")
+
+
+def unbundled(official: Path, omp: Path, destination: Path) -> tuple[Path, list[str], list[str]]:
+    """``official`` as our build leaves it for repair: no OpenMP runtime inside, and every
+    binary that loaded one loading ``omp`` (outside the wheel) instead, for delocate to bundle;
+    a repeated LC_RPATH left once. Also: the binaries relinked, and those with a repeat."""
+    relinked: list[str] = []
+    single: list[str] = []
     destination.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(official) as source, \
-            zipfile.ZipFile(destination, "w", zipfile.ZIP_STORED) as out:  # fmt: skip
+            zipfile.ZipFile(destination, "w", zipfile.ZIP_STORED) as out, \
+            tempfile.TemporaryDirectory(prefix="rehearse-macho-") as folder:  # fmt: skip
         for info in source.infolist():
+            if info.is_dir() or openmp_layout.is_runtime(info.filename):
+                continue
             data = source.read(info)
             if _binaries.kind(data[:8]) == "macho":
-                data, edits = link_edits(data, info.filename, options)
-                edited += edits
+                local = Path(folder) / "binary"
+                local.write_bytes(data)
+                slices = _binaries.read_macho(local)
+                loads = sorted({load for piece in slices for load in piece.dylibs
+                                if openmp_layout.is_runtime(load)})  # fmt: skip
+                if loads:
+                    _edit(local, [arg for load in loads for arg in ("-change", load, str(omp))])
+                    relinked.append(info.filename)
+                for rpath in sorted({rpath for piece in slices for rpath in macho_checks.duplicate_rpaths(piece)}):
+                    # 2.2.2's _C.so repeats its build machine's rpath; our series links each
+                    # once (2.6.0's 0007-build-single-lc-rpath), and the repair refuses a repeat.
+                    _edit(local, ["-delete_rpath", rpath])
+                    if rpath not in [rp for piece in _binaries.read_macho(local) for rp in piece.rpaths]:
+                        _edit(local, ["-add_rpath", rpath])
+                    single.append(info.filename)
+                data = local.read_bytes()
             out.writestr(info.filename, data)
-    return destination, edited
+    return destination, relinked, single
+
+
+@contextmanager
+def on_a_mac(tools: Path) -> Iterator[None]:
+    """Apple's tools played by LLVM's on PATH, and an ``xcrun`` naming an empty stand-in SDK:
+    the repair's Mach-O checks read no availability annotations here (a Mac's SDK has them)."""
+    sdk = tools / "MacOSX.sdk"
+    sdk.mkdir(exist_ok=True)
+    xcrun = tools / "xcrun"
+    xcrun.write_text(f"#!/bin/sh\necho '{sdk}'\n", encoding="utf-8")
+    xcrun.chmod(0o755)
+    with mac_tools.on_path(tools):
+        yield
+
+
+def repair_for_real(r: Rehearsal, subject: str, options: Options, raw: Path, tools: Path,
+                    log: Log) -> Path:  # fmt: skip
+    """The repair stage's own repair_one (Mach-O checks, delocate, relocate, build information)."""
+    mac_tools.forget(tools)
+    with r.stage(subject, "repair", "delocate and relocate"), on_a_mac(tools):
+        repaired = repair.repair_one(options, PYTHON, log, MAC)
+    with zipfile.ZipFile(raw) as before, zipfile.ZipFile(repaired) as after:
+        bundled = sorted(name for name in set(after.namelist()) - set(before.namelist()) if not name.endswith("/"))
+    names = ", ".join(Path(mac_tools.llvm_tool(name)).name for name in mac_tools.LLVM_NAMES.values())
+    r.say(subject, "repair", "Mach-O checks", "ok",
+          f"no duplicate LC_RPATH, no minos above {options.line.macos_deployment_target} in "
+          f"{raw.name} (no macOS SDK here: no availability annotations read)")  # fmt: skip
+    r.say(subject, "repair", "delocate and relocate", "ok",
+          f"delocate-wheel {repair._delocate_version()} and openmp_layout.relocate ran with {names} "
+          f"as otool, install_name_tool, lipo; the wheel gained {', '.join(bundled) or 'nothing'}")  # fmt: skip
+    signed = mac_tools.signing(tools)
+    r.say(subject, "repair", "signing", "FAIL" if signed.unsigned or not signed.edited else "ok",
+          f"{len(signed.edited)} binaries edited, not signed afterwards: {', '.join(signed.unsigned)}"
+          if signed.unsigned else f"{len(signed.edited)} binaries edited by install_name_tool, each "
+          f"signed after its last edit ({signed.signed} codesign calls, recorded: no codesign on Linux)")  # fmt: skip
+    return repaired
 
 
 def x86_checks(r: Rehearsal, options: Options, targets: list[str], work: Path, log: Log,
                args: argparse.Namespace) -> None:
-    """verify's Mach-O checks on upstream's last x86_64 macOS torch, against the lowest target."""
+    """Upstream's last x86_64 macOS torch through the whole repair, as our build's wheel (its
+    OpenMP runtime taken out, every binary linking the pinned llvm-openmp outside the wheel),
+    then verify's checks that do not read the series, against the lowest deployment target."""
     subject = f"torch {X86_TORCH} x86_64"
     with r.stage(subject, "fetch", "official wheel"):
         official, fetched = official_wheels.fetch("torch", X86_TORCH, "x86_64", log, cache=args.cache, offline=args.offline)
     r.say(subject, "fetch", "official wheel", "ok", f"{official.name}, sha256 {fetched.sha256[:16]}... as published")
     lowest = min(targets, key=lambda text: tuple(int(part) for part in text.split(".")))
-    with r.stage(subject, "repair", "LC_RPATHs"):
-        wheel, edited = sanitized(official, work / "x86_64" / official.name, options)
-    r.say(subject, "repair", "LC_RPATHs", "ok", f"{len(edited)} binaries' build-machine LC_RPATHs "
-          f"removed by {Path(install_name_tool()).name}, as delocate --sanitize-rpaths does")  # fmt: skip
-    with zipfile.ZipFile(wheel) as archive:
-        for finding in verify.check_binaries(archive, "x86_64", lowest):
-            r.say(subject, "verify", f"{finding.check} (x86_64, macOS {lowest})", "ok" if finding.ok else "FAIL", finding.detail)
+    line = next(version for version in args.lines if options.catalog.line(version).macos_deployment_target == lowest)
+    x86 = line_options(line, work / "x86_64", args.catalog)
+    shutil.rmtree(x86.layout.root, ignore_errors=True)
+    with r.stage(subject, "build", "shaped as built"), zipfile.ZipFile(official) as source:
+        omp = outside_openmp(x86.layout.root / "libomp", source, None, pinned_openmp(log, args.offline))
+        raw, relinked, single = unbundled(official, omp, x86.layout.raw(PYTHON) / official.name)
+        built_json(x86, fetched, official, raw, omp.parent.parent)
+    r.say(subject, "build", "shaped as built", "ok", f"its OpenMP runtimes taken out; {len(relinked)} "
+          f"binaries link the pinned llvm-openmp's libomp.dylib at {omp} instead; the repeated "
+          f"LC_RPATH of {', '.join(single) or 'none'} left once, as the series' 2.6.0 patch 0007 links it")  # fmt: skip
+    tools = mac_tools.write(work / "mac-tools")
+    repaired = repair_for_real(r, subject, x86, raw, tools, log)
+    with zipfile.ZipFile(repaired) as archive:
+        dist_info = buildinfo.dist_info_dir(archive.namelist())
+        findings = (verify.check_record(archive, dist_info)
+                    + verify.check_binaries(archive, "x86_64", lowest)
+                    + verify.check_openmp(archive, True))  # fmt: skip
+    for finding in findings:
+        r.say(subject, "verify", f"{finding.check} (x86_64, macOS {lowest})", "ok" if finding.ok else "FAIL", finding.detail)
 
 
 def fetch_only(catalog: catalog_mod.Catalog, versions: list[str], args: argparse.Namespace) -> int:
@@ -485,6 +603,7 @@ def run(args: argparse.Namespace) -> int:
             except _Stop:
                 pass
         try:
+            args.lines = versions
             x86_checks(r, line_options(versions[-1], work, args.catalog),
                        [catalog.line(v).macos_deployment_target for v in versions], work, log, args)
         except _Stop:
