@@ -179,16 +179,16 @@ def _delete_rpaths(path: Path, rpaths: list[str]) -> None:
     replace_signature(str(path), "-")
 
 
-def relocate(wheel: Path, out_dir: Path) -> Path:
-    """Apply ``relink_plan`` to ``wheel`` and drop its ``outside_rpaths``, on a Mac; the wheel to
-    use from here (maybe ``wheel``).
+def relocate(wheel: Path, out_dir: Path, openmp: bool = True) -> Path:
+    """Apply ``relink_plan`` to ``wheel`` (a torch wheel: ``openmp``) and drop its
+    ``outside_rpaths``, on a Mac; the wheel to use from here (maybe ``wheel``).
 
     delocate rewrites RECORD when it packs the wheel again into ``out_dir``; install_name_tool's
     changes are re-signed ad hoc, as delocate's own are.
     """
     with zipfile.ZipFile(wheel) as archive:
         machos = read_machos(archive)
-        plan = relink_plan(set(archive.namelist()), machos)
+        plan = relink_plan(set(archive.namelist()), machos) if openmp else None
     outside = outside_rpaths(machos)
     if plan is None and not outside:
         return wheel

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -118,3 +119,37 @@ def signing(folder: Path) -> Signing:
 def forget(folder: Path) -> None:
     """Start a new record (the next stage's calls only)."""
     (folder / CALLS).write_text("", encoding="utf-8")
+
+
+def delocate_pins(pins: Path) -> str:
+    """The blocks of ``pins`` (patches/toolchain/orchestrator.txt) that are pinned for a Mac
+    only (delocate and what it imports), without that marker: the same versions and sha256s,
+    for ``pip install --require-hashes`` on Linux, where the rehearsal runs delocate."""
+    blocks = re.split(r"\n(?=\S)", pins.read_text(encoding="utf-8"))
+    out = []
+    for block in blocks:
+        head, _, rest = block.partition("\n")
+        requirement, _, marker = head.partition(" ; ")
+        if "sys_platform == 'darwin'" in marker and "==" in requirement:
+            hashes = [line for line in rest.splitlines() if line.strip().startswith("--hash=")]
+            out.append(" \\\n".join([requirement.strip(), *(line.rstrip(" \\") for line in hashes)]))
+    if not any(block.startswith("delocate==") for block in out):
+        raise BuildError(f"{pins} pins no delocate for a Mac (sys_platform == 'darwin')")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m intelmac_torch_builder.maint.mac_tools delocate-pins``: print them."""
+    import argparse
+
+    from .toolchain_pins import ORCHESTRATOR_PINS
+
+    parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.maint.mac_tools")
+    parser.add_argument("what", choices=["delocate-pins"])
+    parser.parse_args(argv)
+    print(delocate_pins(ORCHESTRATOR_PINS), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

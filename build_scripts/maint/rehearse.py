@@ -24,14 +24,19 @@ line per stage and per check; the exit status is 0 only when none failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
+import hashlib
 import io
+import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -111,6 +116,126 @@ class Rehearsal:
 
 class _Stop(Exception):
     """A stage failed: the rest of this line cannot run."""
+
+
+# --- faults a test plants (--plant NAME): each must turn its check to FAIL --------------
+
+
+@dataclass(frozen=True)
+class Plant:
+    scope: str  # "torch", "companion" (an arm64 line's wheels) or "x86" (the torch 2.2.2 run)
+    stage: str
+    check: str  # the check it turns to FAIL
+    what: str
+
+
+PLANTS = {
+    "header-hunk": Plant("torch", "verify", "patched code",
+                         "torch/include/ATen/mps/MPSDevice.h carries a line the series does not add"),
+    "missing-module": Plant("torch", "verify", "patched code",
+                            "torch/backends/mps/_device_policy.py (a new module) left out"),
+    "newer-minos": Plant("torch", "repair", "Mach-O checks",
+                         "torch/lib/libc10.dylib of the line's own wheel built for macOS 15.0"),
+    "record-row": Plant("torch", "verify", "RECORD hashes", "a RECORD row with another sha256"),
+    "index-sha256": Plant("torch", "index", "index and install",
+                          "the verified wheel's bytes changed before the index stage"),
+    "missing-image-extension": Plant("companion", "verify", "image codecs",
+                                     "torchvision's image extension left out"),
+    "duplicate-rpath": Plant("x86", "repair", "Mach-O checks, delocate, relocate",
+                             "2.2.2's _C.so keeps its repeated LC_RPATH (the repair's Mach-O checks refuse it)"),
+    "relocate-skipped": Plant("x86", "verify", "OpenMP layout",
+                              "repair_one without openmp_layout.relocate: libomp left in torch/.dylibs"),
+    "unsigned": Plant("x86", "repair", "signing", "a codesign that signs nothing"),
+    "another-name": Plant("torch", "verify", "name", "the wheel file named torchx"),
+    "no-local-label": Plant("torch", "verify", "local label", "the wheel's version without +intelmac"),
+    "retagged": Plant("torch", "verify", "tags", "the wheel tagged macosx_15_0 (as delocate re-tags "
+                      "for a bundled library built for a newer macOS)"),
+    "wheel-tag": Plant("torch", "verify", "WHEEL tags", "WHEEL declares an arm64 tag"),
+    "metadata-name": Plant("torch", "verify", "METADATA name", "METADATA names another project"),
+    "metadata-version": Plant("torch", "verify", "METADATA version", "METADATA has upstream's version"),
+    "stale-series": Plant("torch", "verify", "build info", "built.json from another series"),
+    "no-omp-header": Plant("torch", "repair", "build information",
+                           "the build's OpenMP prefix has no include/omp.h"),
+    "build-machine-rpath": Plant("torch", "verify", "library paths",
+                                 "torch/_C.so keeps upstream's build machine's LC_RPATH"),
+    "second-runtime": Plant("torch", "verify", "OpenMP layout",
+                            "a second libomp.dylib in torch/.dylibs"),
+    "changed-source": Plant("torch", "index", "no-op rebuild",
+                            "make build pinned to another source sha256"),
+    "unpinned-torch": Plant("companion", "verify", "requires torch",
+                            "torchvision's METADATA requires any torch"),
+    "no-mps-kernels": Plant("companion", "verify", "MPS kernels",
+                            "torchvision's _C.so without its MPS ops' registrations"),
+    "no-torch-rpath": Plant("companion", "verify", "links our libtorch",
+                            "torchvision's extensions without @loader_path/../torch/lib"),
+}  # fmt: skip
+
+
+class _Planted:
+    """The fault this run plants (--plant), if any."""
+
+    name: str | None = None
+
+
+PLANT = _Planted()
+
+
+def _with_minos(data: bytes, version: str) -> bytes:
+    """A thin 64-bit Mach-O file's LC_BUILD_VERSION / LC_VERSION_MIN_MACOSX set to ``version``."""
+    major, _, minor = version.partition(".")
+    encoded = (int(major) << 16) | (int(minor or 0) << 8)
+    out = bytearray(data)
+    (commands,) = struct.unpack_from("<I", out, 16)
+    offset = 32
+    for _ in range(commands):
+        command, size = struct.unpack_from("<II", out, offset)
+        if command == 0x32:  # LC_BUILD_VERSION: cmd, cmdsize, platform, minos
+            struct.pack_into("<I", out, offset + 12, encoded)
+        elif command == 0x24:  # LC_VERSION_MIN_MACOSX: cmd, cmdsize, version, sdk
+            struct.pack_into("<I", out, offset + 8, encoded)
+        offset += size
+    return bytes(out)
+
+
+def _plant_member(member: str, data: bytes) -> bytes | None:
+    """``data`` with this run's planted fault, if it is in ``member``; None: leave it out."""
+    name = PLANT.name
+    if name == "header-hunk" and member == "torch/include/ATen/mps/MPSDevice.h":
+        return data + b"\n// planted: a hunk the series does not have\n"
+    if name == "missing-module" and member == "torch/backends/mps/_device_policy.py":
+        return None
+    if name == "newer-minos" and member == "torch/lib/libc10.dylib":
+        return _with_minos(data, "15.0")
+    if name == "missing-image-extension" and verify.IMAGE_EXTENSION.fullmatch(member):
+        return None
+    if name == "no-mps-kernels" and member.startswith(companion.EXTENSION_PREFIX) and member.endswith(".so"):
+        for marker in companion.MPS_MARKERS:
+            data = data.replace(marker.encode(), b"x" * len(marker))
+    return data
+
+
+def _plant_metadata(text: str) -> str:
+    if PLANT.name == "metadata-name":
+        return re.sub(r"(?m)^Name: .*$", "Name: planted-name", text, count=1)
+    if PLANT.name == "metadata-version":
+        return re.sub(r"(?m)^Version: (.*)\+.*$", r"Version: \1", text, count=1)
+    if PLANT.name == "unpinned-torch":
+        return re.sub(r"(?m)^Requires-Dist: torch==.*$", "Requires-Dist: torch", text)
+    return text
+
+
+@contextmanager
+def _relocate_planted() -> Iterator[None]:
+    """repair_one without openmp_layout.relocate, for the relocate-skipped plant."""
+    if PLANT.name != "relocate-skipped":
+        yield
+        return
+    original = openmp_layout.relocate
+    openmp_layout.relocate = lambda wheel, out_dir, openmp=True: wheel  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        openmp_layout.relocate = original
 
 
 # --- the build stage's output, from an official wheel ---------------------------------
@@ -211,12 +336,19 @@ def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[
     name, _, _, tags = parse_wheel_filename(official.name)
     tag = sorted(tags, key=str)[0]
     wheel_tag = f"{tag.interpreter}-{tag.abi}-{_platform(options)}"
+    if PLANT.name == "retagged":  # as delocate re-tags a wheel whose bundled library needs it
+        wheel_tag = wheel_tag.replace(_platform(options), "macosx_15_0_x86_64")
     filename = f"{options.line.name}-{options.wheel_version}-{wheel_tag}.whl"
+    if PLANT.name in ("another-name", "no-local-label"):
+        filename = (f"{options.line.name}x-{options.wheel_version}-{wheel_tag}.whl" if PLANT.name == "another-name"
+                    else f"{options.line.name}-{options.line.version}-{wheel_tag}.whl")  # fmt: skip
     with zipfile.ZipFile(official) as source:
         old_info = buildinfo.dist_info_dir(source.namelist())
         new_info = f"{options.line.name}-{options.wheel_version}.dist-info"
         landing = patched_files(source, options.line.patches, tree)
         replaced, removed, guarded = series_members(source, landing, tree)
+        if PLANT.name == "second-runtime" and openmp_layout.OMP_LIBRARY in source.namelist():
+            replaced["torch/.dylibs/libomp.dylib"] = source.read(openmp_layout.OMP_LIBRARY)
         out_dir.mkdir(parents=True, exist_ok=True)
         destination = out_dir / filename
         temp = destination.with_name(f".{filename}.tmp")
@@ -230,16 +362,23 @@ def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[
                 if member in removed or member == f"{old_info}/RECORD":
                     continue
                 data = replaced[member] if member in replaced else source.read(member)
+                planted = _plant_member(member, data)
+                if planted is None:
+                    continue
+                data = planted
                 if _binaries.kind(data[:8]) == "macho":
                     data, edits = link_edits(data, member, options)
                     edited += edits
                 target = member.replace(old_info + "/", new_info + "/", 1)
                 if target == f"{new_info}/METADATA":
-                    data = _metadata(data.decode(), options).encode()
+                    data = _plant_metadata(_metadata(data.decode(), options)).encode()
                 elif target == f"{new_info}/WHEEL":
-                    data = re.sub(r"(?m)^Tag: .*$", f"Tag: {wheel_tag}", data.decode(), count=1).encode()
+                    declared = wheel_tag if PLANT.name != "wheel-tag" else wheel_tag.replace("x86_64", "arm64")
+                    data = re.sub(r"(?m)^Tag: .*$", f"Tag: {declared}", data.decode(), count=1).encode()
                 out.writestr(target, data)
                 rows.append([target, buildinfo.record_hash(data), str(len(data))])
+            if PLANT.name == "record-row":
+                rows[0][1] = "sha256=" + "A" * 43
             rows.append([f"{new_info}/RECORD", "", ""])
             record = io.StringIO()
             csv.writer(record, lineterminator="\n").writerows(rows)
@@ -247,8 +386,8 @@ def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[
     temp.replace(destination)
     what = (f"{len(landing)} files of the series placed as installed ({guarded} headers inside "
             f"the line's install guard); {name} {options.wheel_version}, tag {wheel_tag}; "
-            f"LC_RPATHs of {len(edited)} binaries edited by {Path(install_name_tool()).name} (delocate's "
-            f"--sanitize-rpaths{', our LDFLAGS rpath to torch' if options.companion_of else ''})")  # fmt: skip
+            f"LC_RPATHs of {len(edited)} binaries edited by {Path(install_name_tool()).name} (as the "
+            f"repair leaves them{', our LDFLAGS rpath to torch' if options.companion_of else ''})")  # fmt: skip
     return destination, what
 
 
@@ -258,11 +397,12 @@ def install_name_tool() -> str:
 
 
 def link_edits(data: bytes, member: str, options: Options) -> tuple[bytes, list[str]]:
-    """``data`` with the LC_RPATHs our build leaves: upstream's build-machine ones and a repeated
-    bare ``@loader_path`` removed, as ``delocate-wheel --sanitize-rpaths`` removes them (a
-    repeat the raw wheel has is the repair's own Mach-O check, n/a here), and, in a
-    companion's extension modules,
-    the rpath to torch's folder that our LDFLAGS give (platforms/torchvision.py)."""
+    """``data`` with the LC_RPATHs the repaired wheel of an arm64 line has: a repeated bare
+    ``@loader_path`` left once (our series links it once: 2.6.0's 0007), and build-machine
+    rpaths removed, as the repair removes them (delocate-wheel --sanitize-rpaths, then
+    openmp_layout.relocate for what it leaves; both run for real in the torch 2.2.2 x86_64
+    run). In a companion's extension modules: the rpath to torch's folder our LDFLAGS give
+    (platforms/torchvision.py)."""
     with tempfile.TemporaryDirectory(prefix="rehearse-macho-") as folder:
         local = Path(folder) / "binary"
         local.write_bytes(data)
@@ -272,11 +412,13 @@ def link_edits(data: bytes, member: str, options: Options) -> tuple[bytes, list[
             rpaths = [rpath for piece in _binaries.read_macho(local) for rpath in piece.rpaths]
             argv = [arg for rpath in sorted(set(rpaths)) if not rpath.startswith("@")
                     for arg in ("-delete_rpath", rpath)]  # fmt: skip
+            if PLANT.name == "build-machine-rpath" and member.startswith("torch/_C."):
+                argv = []  # the build machine's rpath stays
             if rpaths.count("@loader_path") > 1:
-                # --sanitize-rpaths drops a repeated bare @loader_path too (core/macho_checks.py)
+                # our series links it once; the repair's Mach-O checks refuse a repeat
                 argv += ["-delete_rpath", "@loader_path"]
             if (options.companion_of is not None and member.endswith(".so")
-                    and companion.TORCH_LIB_RPATH not in rpaths):  # fmt: skip
+                    and companion.TORCH_LIB_RPATH not in rpaths and PLANT.name != "no-torch-rpath"):  # fmt: skip
                 argv += ["-add_rpath", companion.TORCH_LIB_RPATH]
             if not argv or len(edits) > len(rpaths) + 1:
                 break
@@ -327,7 +469,7 @@ def built_json(options: Options, fetched: official_wheels.OfficialWheel, officia
         "host": f"rehearsal: upstream's {official.name}",
         "cross_build": False,
         "source": source.to_json(),
-        "series_fingerprint": options.line.series_fingerprint,
+        "series_fingerprint": options.line.series_fingerprint if PLANT.name != "stale-series" else "planted",
         "patches": [patch.name for patch in options.line.patches],
         "toolchain": {},
         "build_requirements": None,
@@ -335,6 +477,8 @@ def built_json(options: Options, fetched: official_wheels.OfficialWheel, officia
         "built_at": buildinfo.now(),
     }
     if options.companion_of is None:
+        if PLANT.name == "no-omp-header":
+            libomp_prefix = layout.root / "planted-prefix-without-omp.h"
         record["libomp_prefix"] = str(libomp_prefix) if libomp_prefix else str(layout.root / "no-omp.h")
     else:
         torch_wheel = Path(_fsutil.read_json(options.companion_of.layout.dist(PYTHON) / VERIFIED)["wheel"])
@@ -353,62 +497,86 @@ def build(options: Options, fetched: official_wheels.OfficialWheel, official: Pa
     return wheel, what
 
 
-def _not_here(expect: verify.Expectation) -> list[tuple[str, str]]:
-    """The verify checks that upstream's arm64 binaries cannot answer, and why."""
-    out = []
-    if expect.macho_arch:
-        out.append(("Mach-O architecture", f"upstream's binaries here are arm64; that a build's "
-                    f"carry {expect.macho_arch} is checked on torch {X86_TORCH}'s x86_64 wheel"))  # fmt: skip
-    if expect.macos_target:
-        out.append(("minimum macOS", "upstream's arm64 binaries carry arm64's own (its 2.9.1 "
-                    "wheel's libomp.dylib needs 14.0); that a build's stay at or below "
-                    f"{expect.macos_target} is checked on torch {X86_TORCH}'s x86_64 wheel"))  # fmt: skip
-    if expect.compiled_markers:
-        out.append(("compiled patch", "the binaries are upstream's, compiled without the series; "
-                    f"only a Mac compile puts {', '.join(expect.compiled_markers)} into them"))  # fmt: skip
-    return out
+def arm64_target(options: Options, official: Path) -> tuple[str, str]:
+    """The deployment target the arm64 stand-in's binaries are held to, and why.
+
+    The line's own, unless upstream's OpenMP runtime in its arm64 wheel needs a newer macOS
+    (2.9.1's libomp.dylib: 14.0, above 13.0): then that runtime's, because our build does not
+    ship it (ours is the pinned llvm-openmp, held to the line's target in the x86_64 run).
+    """
+    target = options.line.macos_deployment_target
+    with zipfile.ZipFile(official) as archive:
+        machos = openmp_layout.read_machos(archive)
+    needs = [(piece.min_macos, name) for name, slices in machos.items() if openmp_layout.is_runtime(name)
+             for piece in slices if piece.min_macos and macho_checks.minos_above(piece, target)]  # fmt: skip
+    if not needs:
+        return target, f"the line's macOS {target}"
+    minos, name = max(needs, key=lambda found: tuple(int(part) for part in found[0].split(".")))
+    return minos, (f"macOS {minos}, not the line's {target}: upstream's arm64 {name} needs it, and "
+                   "our build ships the pinned llvm-openmp instead (held to the line's target in "
+                   f"the torch {X86_TORCH} x86_64 run)")  # fmt: skip
 
 
-def run_verify(r: Rehearsal, subject: str, options: Options, wheel: Path) -> None:
-    """verify's checks on the repaired wheel; verified.json when every one passes."""
+def run_verify(r: Rehearsal, subject: str, options: Options, wheel: Path, target: tuple[str, str]) -> None:
+    """verify's checks on the repaired wheel; verified.json when every one passes.
+
+    Narrowed here, and only here: the binaries are upstream's arm64 ones, so the architecture
+    required is arm64 (x86_64 is required in the torch 2.2.2 run), the minimum macOS is
+    ``target``, and the compiled-patch markers cannot be in them.
+    """
     layout = options.layout
     status = layout.dist(PYTHON) / VERIFIED
     status.unlink(missing_ok=True)
     expect = verify.expectation(options, PYTHON, SourceRecord.load(layout.source_record))
-    skipped = _not_here(expect)
-    expect = dataclasses.replace(expect, macho_arch=None, macos_target=None, compiled_markers=())
+    markers = expect.compiled_markers
+    expect = dataclasses.replace(expect, macho_arch="arm64" if expect.macho_arch else None,
+                                 macos_target=target[0] if expect.macos_target else None,
+                                 compiled_markers=())  # fmt: skip
     findings = verify.verify_wheel(wheel, expect, layout.patched_tree, options.line.patches)
     for finding in findings:
-        if finding.check not in dict(skipped):
-            r.say(subject, "verify", finding.check, "ok" if finding.ok else "FAIL", finding.detail)
-    for check, why in skipped:
-        r.say(subject, "verify", check, "n/a", why)
+        if finding.check == "compiled patch":
+            continue
+        detail = finding.detail
+        if finding.check == "library paths" and expect.macho_arch:
+            detail += f" (arm64 required here, x86_64 in the torch {X86_TORCH} run; minimum {target[1]})"
+        r.say(subject, "verify", finding.check, "ok" if finding.ok else "FAIL", detail)
+    if markers:
+        r.say(subject, "verify", "compiled patch", "n/a", "the binaries are upstream's, compiled "
+              f"without the series; only a Mac compile puts {', '.join(markers)} into them")  # fmt: skip
     if not all(finding.ok for finding in findings):
         raise _Stop
     verify.record_verified(status, wheel, findings)
 
 
-def run_target(r: Rehearsal, options: Options, official: Path, fetched: official_wheels.OfficialWheel, log: Log) -> None:
+def run_target(r: Rehearsal, options: Options, official: Path, fetched: official_wheels.OfficialWheel,
+               tools: Path, log: Log) -> None:  # fmt: skip
     subject = f"{options.line.name} {options.line.version}"
     with r.stage(subject, "build", "shaped as built"):
-        _, what = build(options, fetched, official)
+        raw, what = build(options, fetched, official)
     r.say(subject, "build", "shaped as built", "ok", what)
-    r.say(subject, "repair", "Mach-O checks", "n/a", "they read the macOS SDK's availability "
-          "annotations (xcrun): a Mac only")  # fmt: skip
-    r.say(subject, "repair", "delocate", "n/a", "it rewrites Mach-O load commands with Apple's "
-          "tools: a Mac only; upstream's wheel carries its libraries already")  # fmt: skip
+    target = arm64_target(options, official)
+    with r.stage(subject, "repair", "Mach-O checks"), on_a_mac(tools):
+        repair.check_machos(raw, target[0], repair.sdk_path())
+    r.say(subject, "repair", "Mach-O checks", "ok", f"no duplicate LC_RPATH, no minos above {target[1]} "
+          f"in {raw.name} (no macOS SDK here: no availability annotations read)")  # fmt: skip
+    r.say(subject, "repair", "delocate and relocate", "n/a", "delocate tags a wheel for its binaries' "
+          f"architecture, arm64 here: they run on torch {X86_TORCH}'s x86_64 wheel")  # fmt: skip
     with r.stage(subject, "repair", "build information"):
         record = _fsutil.read_json(options.layout.dist(PYTHON) / BUILT)
         note = "rehearsal: upstream's wheel, delocated by upstream"
         repaired = repair.finish(options, PYTHON, record, Path(record["wheel"]), note, log)
     r.say(subject, "repair", "build information", "ok", f"{buildinfo.FILENAME} in {repaired.name}")
-    run_verify(r, subject, options, repaired)
+    run_verify(r, subject, options, repaired, target)
+    if PLANT.name == "index-sha256" and options.companion_of is None:
+        with repaired.open("ab") as handle:
+            handle.write(b"planted")  # bytes changed after verification
     with r.stage(subject, "index", "index and install"):
         index_stage.index(options, log)
     r.say(subject, "index", "index and install", "ok",
           f"in {options.wheels_dir / 'simple'}; pip resolves {index_stage.install_pins(options)} from it alone")  # fmt: skip
     source = SourceRecord.load(options.layout.source_record)
-    done = index_stage.up_to_date(options, source.sha256 if source else None)
+    pin = "0" * 64 if PLANT.name == "changed-source" else source.sha256 if source else None
+    done = index_stage.up_to_date(options, pin)
     r.say(subject, "index", "no-op rebuild", "ok" if done else "FAIL",
           "make build would find it up to date" if done else "make build would not see it as built")  # fmt: skip
 
@@ -424,7 +592,7 @@ def rehearse_line(r: Rehearsal, version: str, work: Path, log: Log, args: argpar
                 target.line.name, target.line.version, "arm64", log, cache=args.cache, offline=args.offline
             )
         r.say(subject, "fetch", "official wheel", "ok", f"{official.name}, sha256 {fetched.sha256[:16]}... as published")
-        run_target(r, target, official, fetched, log)
+        run_target(r, target, official, fetched, mac_tools.write(work / "mac-tools"), log)
 
 
 #: macOS, as repair_one asks the host: delocate runs here through maint/mac_tools' stand-ins.
@@ -488,7 +656,8 @@ def unbundled(official: Path, omp: Path, destination: Path) -> tuple[Path, list[
                 if loads:
                     _edit(local, [arg for load in loads for arg in ("-change", load, str(omp))])
                     relinked.append(info.filename)
-                for rpath in sorted({rpath for piece in slices for rpath in macho_checks.duplicate_rpaths(piece)}):
+                repeats = {rpath for piece in slices for rpath in macho_checks.duplicate_rpaths(piece)}
+                for rpath in sorted(repeats if PLANT.name != "duplicate-rpath" else ()):
                     # 2.2.2's _C.so repeats its build machine's rpath; our series links each
                     # once (2.6.0's 0007-build-single-lc-rpath), and the repair refuses a repeat.
                     _edit(local, ["-delete_rpath", rpath])
@@ -517,17 +686,17 @@ def repair_for_real(r: Rehearsal, subject: str, options: Options, raw: Path, too
                     log: Log) -> Path:  # fmt: skip
     """The repair stage's own repair_one (Mach-O checks, delocate, relocate, build information)."""
     mac_tools.forget(tools)
-    with r.stage(subject, "repair", "delocate and relocate"), on_a_mac(tools):
+    check = "Mach-O checks, delocate, relocate"
+    with r.stage(subject, "repair", check), on_a_mac(tools), _relocate_planted():
         repaired = repair.repair_one(options, PYTHON, log, MAC)
     with zipfile.ZipFile(raw) as before, zipfile.ZipFile(repaired) as after:
         bundled = sorted(name for name in set(after.namelist()) - set(before.namelist()) if not name.endswith("/"))
     names = ", ".join(Path(mac_tools.llvm_tool(name)).name for name in mac_tools.LLVM_NAMES.values())
-    r.say(subject, "repair", "Mach-O checks", "ok",
-          f"no duplicate LC_RPATH, no minos above {options.line.macos_deployment_target} in "
-          f"{raw.name} (no macOS SDK here: no availability annotations read)")  # fmt: skip
-    r.say(subject, "repair", "delocate and relocate", "ok",
-          f"delocate-wheel {repair._delocate_version()} and openmp_layout.relocate ran with {names} "
-          f"as otool, install_name_tool, lipo; the wheel gained {', '.join(bundled) or 'nothing'}")  # fmt: skip
+    r.say(subject, "repair", check, "ok",
+          f"repair_one: no duplicate LC_RPATH, no minos above {options.line.macos_deployment_target} "
+          f"(no macOS SDK here: no availability annotations read); delocate-wheel "
+          f"{repair._delocate_version()} and openmp_layout.relocate ran with {names} as otool, "
+          f"install_name_tool, lipo; the wheel gained {', '.join(bundled) or 'nothing'}")  # fmt: skip
     signed = mac_tools.signing(tools)
     r.say(subject, "repair", "signing", "FAIL" if signed.unsigned or not signed.edited else "ok",
           f"{len(signed.edited)} binaries edited, not signed afterwards: {', '.join(signed.unsigned)}"
@@ -557,6 +726,8 @@ def x86_checks(r: Rehearsal, options: Options, targets: list[str], work: Path, l
           f"binaries link the pinned llvm-openmp's libomp.dylib at {omp} instead; the repeated "
           f"LC_RPATH of {', '.join(single) or 'none'} left once, as the series' 2.6.0 patch 0007 links it")  # fmt: skip
     tools = mac_tools.write(work / "mac-tools")
+    if PLANT.name == "unsigned":
+        (tools / "codesign").write_text("#!/bin/sh\n# planted: signs nothing, records nothing\n", encoding="utf-8")
     repaired = repair_for_real(r, subject, x86, raw, tools, log)
     with zipfile.ZipFile(repaired) as archive:
         dist_info = buildinfo.dist_info_dir(archive.namelist())
@@ -582,6 +753,79 @@ def fetch_only(catalog: catalog_mod.Catalog, versions: list[str], args: argparse
     return 0
 
 
+#: What the rehearsal leaves for its test (tests/orchestrator/test_orch_rehearse.py), which
+#: reuses it while ``fingerprint`` still matches instead of running all of it again.
+RESULT = "result.json"
+#: The most scratch space one rehearsal may hold at once (every line's is removed after its
+#: verdicts): the test fails above it.
+PEAK_LIMIT = 3 * 1000**3
+
+
+def fingerprint(versions: list[str], cache: Path) -> str:
+    """sha256 of what decides the rehearsal's verdicts: this package's code and data, the
+    patches and catalog, the official wheels' published hashes, delocate's version."""
+    digest = hashlib.sha256()
+    roots = (Path(__file__).resolve().parents[1], catalog_mod.PATCHES_DIR)
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    for record in sorted(cache.glob("*.json")):
+        digest.update(record.name.encode() + b"\0" + record.read_bytes())
+    digest.update(f"{versions} {repair._delocate_version()}".encode())
+    return digest.hexdigest()
+
+
+def fresh_result(work: Path, versions: list[str], cache: Path) -> dict[str, Any] | None:
+    """The result a rehearsal of ``versions`` left in ``work``, if its inputs are still these."""
+    try:
+        result = _fsutil.read_json(work / RESULT)
+    except (OSError, ValueError):
+        return None
+    if result.get("lines") != versions or result.get("plant") or \
+            result.get("fingerprint") != fingerprint(versions, cache):  # fmt: skip
+        return None
+    return result
+
+
+class PeakDisk:
+    """The most bytes ``folder`` held, sampled every few seconds while the rehearsal runs."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.peak = folder, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _size(self) -> int:
+        total = 0
+        for root, _, files in os.walk(self.folder):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(root, name)).st_size
+        return total
+
+    def _watch(self) -> None:
+        while True:
+            self.peak = max(self.peak, self._size())
+            if self._stop.wait(3):
+                return
+
+    def __enter__(self) -> PeakDisk:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._size())
+
+
+def scrub(work: Path) -> None:
+    """A line's scratch, once its verdicts are printed: the next line needs none of it."""
+    for name in ("build", "wheels", "x86_64", "tmp"):
+        shutil.rmtree(work / name, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
     catalog = catalog_mod.load(args.catalog)
     versions = args.torch or list(catalog.versions)
@@ -590,29 +834,65 @@ def run(args: argparse.Namespace) -> int:
     if args.fetch_only:
         return fetch_only(catalog, versions, args)
     work = args.work_dir.absolute()
-    shutil.rmtree(work / "wheels", ignore_errors=True)
-    work.mkdir(parents=True, exist_ok=True)
-    with (work / "stages.log").open("w", encoding="utf-8") as stage_log:
+    scrub(work)
+    (work / RESULT).unlink(missing_ok=True)
+    (work / "tmp").mkdir(parents=True)
+    args.lines = versions
+    PLANT.name = args.plant
+    scope = PLANTS[args.plant].scope if args.plant else None
+    tools = ", ".join(f"{Path(mac_tools.llvm_tool(name)).name} as {apple}"
+                      for apple, name in mac_tools.LLVM_NAMES.items())  # fmt: skip
+    # delocate and the repair unpack wheels into the temporary folder: count them in here.
+    with (work / "stages.log").open("w", encoding="utf-8") as stage_log, PeakDisk(work) as disk, \
+            _temp_dir(work / "tmp"):  # fmt: skip
         log = Log(Console(file=stage_log, width=200, highlight=False, soft_wrap=True))
         r = Rehearsal(Console(highlight=False, soft_wrap=True))
         r.out.print(f"rehearse: {', '.join(versions)} on upstream's official wheels "
-                    f"(stage output in {work / 'stages.log'})", markup=False)  # fmt: skip
-        for version in versions:
+                    f"(stage output in {work / 'stages.log'}); delocate {repair._delocate_version()} "
+                    f"with {tools}", markup=False)  # fmt: skip
+        if args.plant:
+            r.out.print(f"rehearse: planted {args.plant}: {PLANTS[args.plant].what}", markup=False)
+        for version in versions if scope != "x86" else ():
             try:
                 rehearse_line(r, version, work, log, args)
             except _Stop:
                 pass
+            finally:
+                scrub(work)
+                (work / "tmp").mkdir(parents=True)
         try:
-            args.lines = versions
-            x86_checks(r, line_options(versions[-1], work, args.catalog),
-                       [catalog.line(v).macos_deployment_target for v in versions], work, log, args)
+            if scope in (None, "x86"):
+                x86_checks(r, line_options(versions[-1], work, args.catalog),
+                           [catalog.line(v).macos_deployment_target for v in versions], work, log, args)
         except _Stop:
             pass
-    failed = r.failed
+        finally:
+            scrub(work)
     counts = {status: sum(v.status == status for v in r.verdicts) for status in ("ok", "n/a", "FAIL")}
     r.out.print(f"rehearse: {counts['ok']} ok, {counts['n/a']} cannot run here (reason given), "
-                f"{counts['FAIL']} failed", markup=False)  # fmt: skip
-    return 1 if failed else 0
+                f"{counts['FAIL']} failed; peak scratch {disk.peak / 1000**3:.2f} GB", markup=False)  # fmt: skip
+    code = 1 if r.failed else 0
+    _fsutil.write_json_atomic(work / RESULT, {
+        "fingerprint": fingerprint(versions, args.cache), "lines": versions, "plant": args.plant,
+        "exit_code": code,
+        "peak_bytes": disk.peak, "verdicts": [verdict.line() for verdict in r.verdicts],
+    })  # fmt: skip
+    return code
+
+
+@contextmanager
+def _temp_dir(folder: Path) -> Iterator[None]:
+    """``tempfile``'s folder (delocate's unpacked wheels) inside ``folder``, for this run."""
+    before, variable = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
+        if variable is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = variable
 
 
 def register(subparsers: Any) -> None:
@@ -633,6 +913,9 @@ def register(subparsers: Any) -> None:
                         help="where the official wheels are kept (default: %(default)s)")  # fmt: skip
     parser.add_argument("--offline", action="store_true",
                         help="use only wheels already in the cache; never reach the index")  # fmt: skip
+    parser.add_argument("--plant", choices=sorted(PLANTS), metavar="FAULT",
+                        help="plant one fault in the input, which one check must fail (the tests run "
+                        f"each; docs/building.md lists them): {', '.join(sorted(PLANTS))}")  # fmt: skip
     parser.add_argument("--fetch-only", action="store_true",
                         help="only fill the cache with the official wheels (make upstream-material)")  # fmt: skip
     parser.set_defaults(func=run)
