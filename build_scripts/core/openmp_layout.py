@@ -150,9 +150,10 @@ def outside_rpaths(machos: Mapping[str, list[MachOSlice]]) -> dict[str, list[str
     """The LC_RPATHs of each binary that point outside the wheel (not ``@loader_path``- or
     ``@executable_path``-relative), which ``delocate --sanitize-rpaths`` leaves in place.
 
-    delocate 0.13 sanitizes only the binaries that load a library it bundled or renamed; a
-    binary that loads its neighbours by ``@loader_path/`` names (torch 2.2.2's ``_C.so``)
-    keeps its build machine's rpath, which verify refuses.
+    delocate 0.13 sanitizes only the binaries that load another library of the wheel or one it
+    bundles, deleting one copy of each name; a binary that loads neither (libc10.dylib) and
+    the bundled library itself (Intel's libiomp5 in torch 2.2.2 carries /nfs/site/...) keep
+    their rpaths, which verify refuses.
     """
     found: dict[str, list[str]] = {}
     for binary, slices in sorted(machos.items()):

@@ -1,6 +1,6 @@
 """``rehearse``: every stage after the compile, run on each line's official wheels (make rehearse).
 
-    python -m intelmac_torch_builder rehearse [--torch X.Y.Z ...] [--offline]
+    python -m intelmac_torch_builder rehearse [--torch X.Y.Z ...] [--offline] [--plant FAULT]
 
 No stage after the compile can be tried on a real build without a Mac and hours. Upstream's
 own wheels of the same release are the closest thing there is: torch for macOS arm64 and the
@@ -12,13 +12,18 @@ line's torchvision. For each line the rehearsal
    install step wraps them in), our new files where the install puts them, our version
    (``+intelmac``), platform tag and, for torchvision, the exact torch requirement that
    ``PYTORCH_VERSION`` gives. The binaries stay upstream's (arm64);
-3. runs the stages' own code on them: repair (build information), verify (every check the
-   wheel can answer), index, and pip resolving the install command the index prints.
+3. runs the stages' own code on them: the repair's Mach-O checks and build information,
+   verify (every check the wheel can answer), index, and pip resolving the install command.
+
+Then upstream's last x86_64 macOS torch (2.2.2), as our build's wheel (its OpenMP runtime
+outside it, as the pinned llvm-openmp is), goes through the repair stage's whole repair_one:
+the Mach-O checks, delocate and relocate, with LLVM's Mach-O tools playing Apple's
+(mac_tools.py), and verify's checks of the result.
 
 Nothing in the stages knows it is rehearsing; only the input differs. What arm64 binaries
-or Linux cannot answer is printed as ``n/a`` with the reason, and the checks that need
-x86_64 Mach-O files run on upstream's last x86_64 macOS wheel (torch 2.2.2) instead. One
-line per stage and per check; the exit status is 0 only when none failed.
+or Linux cannot answer is printed as ``n/a`` with the reason. One line per stage and per
+check; the exit status is 0 only when none failed. ``--plant`` puts one fault (PLANTS) into
+the input, for the tests that show each check can fail.
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ def delocate_argv(wheel: Path, out_dir: Path, extra: tuple[str, ...] = ()) -> tu
     # --sanitize-rpaths (delocate 0.10.6+; later releases default to it, spelled out here):
     # drop LC_RPATHs that point outside the wheel. Upstream's own 2.6/2.9 wheels still carry one to the build
     # machine's conda env in torch/_C*.so; verify refuses such a wheel. delocate 0.13 does it
-    # only in the binaries that load a library it bundled or renamed: relocate drops the rest.
+    # only in the binaries that load a library of the wheel or one it bundles (not in libc10,
+    # nor in the bundled library itself), one copy per name: relocate drops the rest.
     return (
         tool,
         "--require-archs",

@@ -5,8 +5,8 @@ what the rehearsal runs on the whole wheel.
 - libtorch_global_deps.dylib loads an OpenMP runtime outside the wheel (as ours loads the
   pinned llvm-openmp): delocate bundles it into torch/.dylibs and deletes the binary's
   rpaths that are not ``@loader_path/``-relative, a bare ``@loader_path`` included;
-- libc10.dylib, given a build machine's rpath, loads nothing delocate bundles: delocate
-  leaves that rpath, and relocate removes it;
+- libc10.dylib, given a build machine's rpath, loads no other library of the wheel:
+  delocate leaves that rpath, and relocate removes it;
 - relocate moves the runtime to torch/lib/libomp.dylib; every edited binary is signed after
   its last edit; verify's library-path and OpenMP checks pass on the result.
 """
@@ -97,7 +97,7 @@ def test_delocate_and_relocate_on_real_binaries(tmp_path: Path, monkeypatch) -> 
     with zipfile.ZipFile(delocated) as archive:
         assert "torch/.dylibs/libomp.dylib" in archive.namelist()
         # Every non-@loader_path/ rpath of the binary that loads the bundled runtime is gone,
-        # the bare @loader_path included; libc10 loads nothing bundled and keeps its own.
+        # the bare @loader_path included; libc10 loads no library of the wheel and keeps its own.
         assert _rpaths(archive, "torch/lib/libtorch_global_deps.dylib", tmp_path) == []
         assert BUILD_RPATH in _rpaths(archive, "torch/lib/libc10.dylib", tmp_path)
         (before,) = verify.check_binaries(archive, "x86_64", "13.0")
