@@ -198,7 +198,7 @@ def relocate(wheel: Path, out_dir: Path, openmp: bool = True) -> Path:
 
     out = out_dir / wheel.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    with InWheel(str(wheel), str(out)) as root:
+    with InWheel(str(wheel), str(out)) as root:  # type: ignore[no-untyped-call, unused-ignore]
         tree = Path(root)
         for binary, rpaths in outside.items():
             _delete_rpaths(tree / binary, rpaths)

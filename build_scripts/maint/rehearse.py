@@ -236,7 +236,7 @@ def _relocate_planted() -> Iterator[None]:
         yield
         return
     original = openmp_layout.relocate
-    openmp_layout.relocate = lambda wheel, out_dir, openmp=True: wheel  # type: ignore[assignment]
+    openmp_layout.relocate = lambda wheel, out_dir, openmp=True: wheel
     try:
         yield
     finally:
@@ -784,10 +784,10 @@ def fingerprint(versions: list[str], cache: Path) -> str:
 def fresh_result(work: Path, versions: list[str], cache: Path) -> dict[str, Any] | None:
     """The result a rehearsal of ``versions`` left in ``work``, if its inputs are still these."""
     try:
-        result = _fsutil.read_json(work / RESULT)
+        result: dict[str, Any] = _fsutil.read_json(work / RESULT)
     except (OSError, ValueError):
         return None
-    if result.get("lines") != versions or result.get("plant") or \
+    if not isinstance(result, dict) or result.get("lines") != versions or result.get("plant") or \
             result.get("fingerprint") != fingerprint(versions, cache):  # fmt: skip
         return None
     return result
