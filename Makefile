@@ -88,7 +88,14 @@ $(VENV)/.stamp-pyc: $(VENV)/.stamp-build $(ORCHESTRATOR_SOURCES)
 	$(PY) -m compileall -q build_scripts ci
 	touch $@
 
-$(VENV)/.stamp: $(VENV)/.stamp-build
+# delocate (pinned for a Mac above) also elsewhere, from the same pins and hashes: make rehearse
+# and its test run it on Linux with LLVM's Mach-O tools (build_scripts/maint/mac_tools.py).
+$(VENV)/.stamp-delocate: $(VENV)/.stamp-build
+	$(PY) -m intelmac_torch_builder.maint.mac_tools delocate-pins > $(VENV)/delocate-pins.txt
+	$(PY) -m pip install -q --require-hashes --only-binary=:all: --no-deps -r $(VENV)/delocate-pins.txt
+	touch $@
+
+$(VENV)/.stamp: $(VENV)/.stamp-build $(VENV)/.stamp-delocate
 	$(EDITABLE) $(PY) -m pip install -q -e '.[test]'
 	touch $@
 

@@ -1,9 +1,11 @@
 """Checks of a macOS wheel's Mach-O files that delocate does not make.
 
 - ``duplicate_rpaths``: dyld on macOS 15.4 and later refuses to load a binary that repeats
-  an LC_RPATH (pytorch PR 189704). delocate's ``--sanitize-rpaths`` happens to drop a
-  repeated *bare* ``@loader_path``; any other repeat survives, so the raw wheel is checked
-  before delocate runs and the cause is fixed in the build, not papered over.
+  an LC_RPATH (pytorch PR 189704). delocate 0.13's ``--sanitize-rpaths`` deletes the rpaths
+  that are not ``@loader_path/``- or ``@executable_path/``-relative (a bare ``@loader_path``
+  included), one copy per name and only in some binaries (seen running it in the
+  rehearsal); a repeat survives, so the raw wheel is checked before delocate runs and the
+  cause is fixed in the build, not papered over.
 - ``too_new``: a strong import of a symbol that the deployment target's macOS lacks makes
   dyld refuse to load the binary there ("Symbol not found"). Availability comes from the
   SDK the build used: its headers' ``API_AVAILABLE(macos(X))``-style annotations

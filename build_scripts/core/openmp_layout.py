@@ -18,6 +18,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shutil
+import subprocess
 import tempfile
 import zipfile
 from collections.abc import Mapping
@@ -145,28 +146,68 @@ def read_machos(archive: zipfile.ZipFile) -> dict[str, list[MachOSlice]]:
     return found
 
 
-def relocate(wheel: Path, out_dir: Path) -> Path:
-    """Apply ``relink_plan`` to ``wheel`` on a Mac; the wheel to use from here (maybe ``wheel``).
+def outside_rpaths(machos: Mapping[str, list[MachOSlice]]) -> dict[str, list[str]]:
+    """The LC_RPATHs of each binary that point outside the wheel (not ``@loader_path``- or
+    ``@executable_path``-relative), which ``delocate --sanitize-rpaths`` leaves in place.
+
+    delocate 0.13 sanitizes only the binaries that load another library of the wheel or one it
+    bundles, deleting one copy of each name; a binary that loads neither (libc10.dylib) and
+    the bundled library itself (Intel's libiomp5 in torch 2.2.2 carries /nfs/site/...) keep
+    their rpaths, which verify refuses.
+    """
+    found: dict[str, list[str]] = {}
+    for binary, slices in sorted(machos.items()):
+        outside = sorted({rpath for piece in slices for rpath in piece.rpaths
+                          if not rpath.startswith(("@loader_path", "@executable_path"))})  # fmt: skip
+        if outside:
+            found[binary] = outside
+    return found
+
+
+def _delete_rpaths(path: Path, rpaths: list[str]) -> None:
+    """Delete every copy of each of ``rpaths`` (Apple's tool deletes one per call), then sign."""
+    from delocate.tools import replace_signature  # macOS only (Linux: maint/mac_tools)
+
+    for _ in range(64):
+        left = [rpath for piece in read_macho(path) for rpath in piece.rpaths if rpath in rpaths]
+        if not left:
+            break
+        done = subprocess.run(["install_name_tool", "-delete_rpath", left[0], str(path)],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise BuildError(f"install_name_tool -delete_rpath {left[0]} {path.name} failed: "
+                             f"{done.stderr.strip()}")  # fmt: skip
+    replace_signature(str(path), "-")
+
+
+def relocate(wheel: Path, out_dir: Path, openmp: bool = True) -> Path:
+    """Apply ``relink_plan`` to ``wheel`` (a torch wheel: ``openmp``) and drop its
+    ``outside_rpaths``, on a Mac; the wheel to use from here (maybe ``wheel``).
 
     delocate rewrites RECORD when it packs the wheel again into ``out_dir``; install_name_tool's
     changes are re-signed ad hoc, as delocate's own are.
     """
     with zipfile.ZipFile(wheel) as archive:
-        plan = relink_plan(set(archive.namelist()), read_machos(archive))
-    if plan is None:
+        machos = read_machos(archive)
+        plan = relink_plan(set(archive.namelist()), machos) if openmp else None
+    outside = outside_rpaths(machos)
+    if plan is None and not outside:
         return wheel
     from delocate.tools import set_install_id, set_install_name  # macOS only
     from delocate.wheeltools import InWheel
 
     out = out_dir / wheel.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    with InWheel(str(wheel), str(out)) as root:
+    with InWheel(str(wheel), str(out)) as root:  # type: ignore[no-untyped-call, unused-ignore]
         tree = Path(root)
-        source, target = tree / plan.source, tree / OMP_LIBRARY
-        shutil.move(source, target)
-        if not any(source.parent.iterdir()):
-            source.parent.rmdir()
-        set_install_id(str(target), OMP_ID)
-        for binary, old, new in plan.changes:
-            set_install_name(str(tree / binary), old, new)
+        for binary, rpaths in outside.items():
+            _delete_rpaths(tree / binary, rpaths)
+        if plan is not None:
+            source, target = tree / plan.source, tree / OMP_LIBRARY
+            shutil.move(source, target)
+            if not any(source.parent.iterdir()):
+                source.parent.rmdir()
+            set_install_id(str(target), OMP_ID)
+            for binary, old, new in plan.changes:
+                set_install_name(str(tree / binary), old, new)
     return out

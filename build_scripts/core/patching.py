@@ -62,6 +62,31 @@ def file_changes(patch: Path) -> list[FileChange]:
     return changes
 
 
+def wheel_path(path: str) -> str | None:
+    """Where the install puts a file of the upstream source tree in a wheel (None: nowhere).
+
+    setup.py installs every module of the torch package and, under torch/include, the headers
+    of these folders (ATen's, c10's, torch/csrc's, each by a glob that a new header there
+    matches too); verify requires each such file the series creates or changes.
+    """
+    if path.endswith((".mm", ".cpp", ".cu", ".c", ".txt", ".cmake", ".bzl")):
+        return None
+    if path.startswith("aten/src/ATen/"):
+        return (
+            "torch/include/ATen/" + path[len("aten/src/ATen/") :] if path.endswith(".h") else None
+        )
+    if path.startswith("c10/") and path.endswith(".h"):
+        return "torch/include/" + path
+    if path.startswith("torch/csrc/") and path.endswith(".h"):
+        return "torch/include/" + path
+    if path.endswith(".pyi.in"):
+        # The wheel ships the stub generated from it; the hand-written part is verbatim.
+        return path[: -len(".in")]
+    if path.startswith("torch/"):
+        return path
+    return None  # cmake/, tools/, setup.py, ...: build inputs a wheel does not carry
+
+
 def _strip(path: str) -> str:
     return path[2:] if path.startswith(("a/", "b/")) else path
 

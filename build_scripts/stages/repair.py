@@ -38,7 +38,9 @@ def delocate_argv(wheel: Path, out_dir: Path, extra: tuple[str, ...] = ()) -> tu
     tool = str(beside) if beside.exists() else "delocate-wheel"
     # --sanitize-rpaths (delocate 0.10.6+; later releases default to it, spelled out here):
     # drop LC_RPATHs that point outside the wheel. Upstream's own 2.6/2.9 wheels still carry one to the build
-    # machine's conda env in torch/_C*.so; verify refuses such a wheel.
+    # machine's conda env in torch/_C*.so; verify refuses such a wheel. delocate 0.13 does it
+    # only in the binaries that load a library of the wheel or one it bundles (not in libc10,
+    # nor in the bundled library itself), one copy per name: relocate drops the rest.
     return (
         tool,
         "--require-archs",
@@ -215,9 +217,12 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                 "delocate-wheel --require-archs x86_64 --sanitize-rpaths: non-system libraries "
                 "(libomp) bundled, rpaths outside the wheel removed"
             )
-            if options.companion_of is None:
-                # delocate put libomp in torch/.dylibs; torch.compile links -lomp in torch/lib.
-                wheel = openmp_layout.relocate(wheel, Path(scratch) / "openmp")
+            # delocate put libomp in torch/.dylibs; torch.compile links -lomp in torch/lib. And
+            # the rpaths outside the wheel that delocate left (openmp_layout.outside_rpaths) go.
+            torch = options.companion_of is None
+            wheel = openmp_layout.relocate(wheel, Path(scratch) / "openmp", openmp=torch)
+            note += "; rpaths outside the wheel that delocate left removed"
+            if torch:
                 note += f"; libomp moved to {openmp_layout.OMP_LIBRARY}, where upstream's wheels keep it"
         else:
             wheel = raw
@@ -278,14 +283,18 @@ def plan(options: Options) -> Section:
                     delocate_argv(raw, out, delocate_extra(options)),
                 )
             )
-            if options.companion_of is None:
-                steps.append(
-                    Step(
-                        f"{python.tag}: move the bundled libomp from torch/.dylibs to "
+            steps.append(
+                Step(
+                    f"{python.tag}: remove the LC_RPATHs outside the wheel that delocate left"
+                    + (
+                        f"; move the bundled libomp from torch/.dylibs to "
                         f"{openmp_layout.OMP_LIBRARY} (where torch.compile's -lomp finds it, as in "
                         "upstream's wheels) and point every binary's install name at it"
+                        if options.companion_of is None
+                        else ""
                     )
                 )
+            )
         else:
             steps.append(Step(f"{python.tag}: delocate skipped (generic setuptools wheel)"))
         steps.append(

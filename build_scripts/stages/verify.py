@@ -8,9 +8,10 @@ Checks (portable; they run on Linux too):
 - RECORD: every file listed, with its sha256 and size, and nothing listed that is missing;
 - INTELMAC_BUILD.json: present, with the upstream version, source hash and series
   fingerprint of this build;
-- the patched code is present: every file the series creates or changes that lands in a
-  wheel (Python modules, installed headers) is byte-identical to the patched tree's copy
-  (a header inside the guard that 2.14's install step wraps it in: core/installed_headers);
+- the patched code is present: every file the series creates or changes that the install
+  puts in a wheel (Python modules and stubs, installed headers: ``patching.wheel_path``) is
+  there, byte-identical to the patched tree's copy (a header inside the guard that 2.14's
+  install step wraps it in: core/installed_headers); a missing one fails;
 - no binary looks for libraries on the build machine (Mach-O LC_RPATH / install names read
   in pure Python; ELF RUNPATH via readelf), Mach-O binaries carry x86_64, and none of them
   (bundled dylibs included) needs a newer macOS than the line's deployment target;
@@ -65,7 +66,6 @@ from ..core.options import Options, PythonTarget
 from ..core.records import VERIFIED, SourceRecord, repaired_record
 
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
-_HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
 
 
 @dataclass(frozen=True)
@@ -281,21 +281,6 @@ def check_build_info(
     return [Finding("build info", ok, detail)]
 
 
-def wheel_paths(source_path: str) -> list[str]:
-    """Where a file of the source tree can land in the wheel."""
-    candidates = [source_path]
-    if source_path.endswith(_HEADER_SUFFIXES):
-        # CMake installs these headers verbatim under torch/include/.
-        for prefix, installed in (
-            ("aten/src/", "torch/include/"),
-            ("c10/", "torch/include/c10/"),
-            ("torch/csrc/", "torch/include/torch/csrc/"),
-        ):
-            if source_path.startswith(prefix):
-                candidates.append(installed + source_path[len(prefix) :])
-    return candidates
-
-
 def _differs(installed: bytes, patched: bytes) -> str | None:
     """How an installed file differs from the patched source file; None: it is that file.
 
@@ -316,6 +301,14 @@ def _differs(installed: bytes, patched: bytes) -> str | None:
 def check_patched_code(
     archive: zipfile.ZipFile, tree: Path, patches: tuple[Path, ...]
 ) -> list[Finding]:
+    """Every file the series creates or changes that the install puts in the wheel is there,
+    as the patched tree has it; a file the series removes is not.
+
+    Where the install puts a file is ``patching.wheel_path`` (Python modules and stubs under
+    torch/, headers under torch/include). A missing one is a failure, not a file to skip: the
+    patched ``torch/backends/mps/__init__.py`` imports ``_device_policy``, and an installed
+    header includes the new ``MPSDeviceSelection.h``.
+    """
     if not patches:
         return [Finding("patched code", True, "the series is empty: nothing to look for")]
     members = set(archive.namelist())
@@ -325,16 +318,25 @@ def check_patched_code(
             final[change.path] = change
     matched, problems = [], []
     for path, change in sorted(final.items()):
-        landed = [name for name in wheel_paths(path) if name in members]
+        installed = patching.wheel_path(path)
+        if installed is None:
+            continue  # a build input (.mm, CMakeLists.txt, ...): the compile checks it
         if change.is_removed:
-            problems += [f"{name}: removed by the series, still in the wheel" for name in landed]
+            if installed in members:
+                problems.append(f"{installed}: removed by the series, still in the wheel")
             continue
-        for name in landed:
-            problem = _differs(archive.read(name), (tree / path).read_bytes())
-            if problem is None:
-                matched.append(name)
-            else:
-                problems.append(f"{name}: {problem} the patched {path}")
+        if installed not in members:
+            what = "creates" if change.is_new else "changes"
+            problems.append(f"{installed}: missing; the series {what} {path} and the install puts it there")
+            continue
+        if path.endswith(".pyi.in"):
+            matched.append(installed)  # a stub generated from the patched template: present
+            continue
+        problem = _differs(archive.read(installed), (tree / path).read_bytes())
+        if problem is None:
+            matched.append(installed)
+        else:
+            problems.append(f"{installed}: {problem} the patched {path}")
     if not matched and not problems:
         problems.append(
             "no file the series creates or changes lands in the wheel; cannot confirm the patches are in"

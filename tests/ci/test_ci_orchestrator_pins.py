@@ -156,7 +156,11 @@ def test_make_build_installs_only_pinned_packages_and_no_test_extras() -> None:
 
 def test_make_test_adds_the_test_extras() -> None:
     prereqs, recipe = makefile_recipe("$(VENV)/.stamp")
-    assert prereqs == ["$(VENV)/.stamp-build"] and "-e '.[test]'" in recipe
+    assert prereqs == ["$(VENV)/.stamp-build", "$(VENV)/.stamp-delocate"] and "-e '.[test]'" in recipe
+    # The rehearsal's delocate on Linux: the Mac's pins, hash-checked, nothing else.
+    prereqs, recipe = makefile_recipe("$(VENV)/.stamp-delocate")
+    assert prereqs == ["$(VENV)/.stamp-build"] and "mac_tools delocate-pins" in recipe
+    assert "--require-hashes --only-binary=:all: --no-deps" in recipe
 
 
 def builds_signs_or_publishes(job: dict[str, Any]) -> bool:

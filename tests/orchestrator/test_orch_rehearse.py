@@ -2,14 +2,19 @@
 
 repair, verify, index and pip's resolution of the install command run, as ``make build`` runs
 them, on upstream's own torch (macOS arm64) and torchvision wheels of each line, shaped as our
-build leaves its wheels, and verify's Mach-O checks on upstream's last x86_64 torch (2.2.2).
+build leaves its wheels; delocate, relocate and the repair's Mach-O checks run for real on
+upstream's last x86_64 torch (2.2.2), then verify's checks of their output.
 The wheels come from the cache that ``make upstream-material`` (and ``make rehearse``) fill:
 this test never reaches the network (``--offline``). Without them it skips, and under CI=true
-or INTELMAC_REQUIRE_WHEELS=1 (.ci/run) it fails instead.
+or INTELMAC_REQUIRE_WHEELS=1 (.ci/run) it fails instead. CI runs the rehearsal once: the test
+reads ``make rehearse``'s result (build/rehearse/result.json) when its inputs' fingerprint is
+still the same (code, patches, the official wheels' hashes), and runs it itself otherwise.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import re
 import subprocess
@@ -17,11 +22,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from intelmac_torch_builder.core import catalog
 from intelmac_torch_builder.core._log import Log
 from intelmac_torch_builder.core.errors import BuildError
-from intelmac_torch_builder.maint import official_wheels, rehearse
+from intelmac_torch_builder.maint import mac_tools, official_wheels, rehearse
 
 
 def _wanted() -> list[tuple[str, str, str]]:
@@ -34,6 +38,7 @@ def _wanted() -> list[tuple[str, str, str]]:
     return wanted
 
 
+@functools.cache
 def _missing() -> list[str]:
     missing = []
     for project, version, arch in _wanted():
@@ -44,12 +49,38 @@ def _missing() -> list[str]:
     return missing
 
 
-def _llvm_missing() -> bool:
+@functools.cache
+def _tools_missing() -> str:
+    """Why the rehearsal's Mach-O tools are not here ('' when they are)."""
     try:
-        rehearse.install_name_tool()
-    except BuildError:
-        return True
-    return False
+        for name in mac_tools.LLVM_NAMES.values():
+            mac_tools.llvm_tool(name)
+    except BuildError as exc:
+        return str(exc)
+    if importlib.util.find_spec("delocate") is None:
+        return "delocate is not installed (make .venv/.stamp installs the pinned one)"
+    return ""
+
+
+#: Where ``make rehearse`` (.ci/run) leaves its result, which this test reuses while fresh.
+MAKE_WORK = Path(__file__).resolve().parents[2] / "build" / "rehearse"
+
+
+def _verdict_lines(tmp_path: Path) -> tuple[list[str], int, int]:
+    """The rehearsal's verdict lines, exit status and peak scratch bytes: ``make rehearse``'s
+    result when it ran on these very inputs (CI runs the rehearsal once), else a run here."""
+    versions = list(catalog.load().versions)
+    cache = official_wheels.default_cache()
+    result = rehearse.fresh_result(MAKE_WORK, versions, cache)
+    if result is None:
+        work = tmp_path / "rehearse"
+        ran = subprocess.run(
+            [sys.executable, "-m", "intelmac_torch_builder", "rehearse", "--offline", "--work-dir", str(work)],
+            capture_output=True, text=True, timeout=3000, check=False,
+        )  # fmt: skip
+        result = rehearse.fresh_result(work, versions, cache)
+        assert result is not None, ran.stdout + ran.stderr[-4000:]
+    return result["verdicts"], result["exit_code"], result["peak_bytes"]
 
 
 def test_the_rehearsal_passes_on_every_line(tmp_path: Path) -> None:
@@ -58,41 +89,42 @@ def test_the_rehearsal_passes_on_every_line(tmp_path: Path) -> None:
     if missing:
         why = (f"the official wheels the rehearsal runs on are not cached ({', '.join(missing)}): "
                "make upstream-material fetches them")  # fmt: skip
-    elif _llvm_missing():
-        why = "the rehearsal edits LC_RPATHs with LLVM's install_name_tool: apt-get install llvm"
+    else:
+        why = _tools_missing()
     if why:
         if os.environ.get("CI") == "true" or os.environ.get("INTELMAC_REQUIRE_WHEELS") == "1":
             pytest.fail("CI=true: " + why)
         pytest.skip(why)
-    ran = subprocess.run(
-        [sys.executable, "-m", "intelmac_torch_builder", "rehearse", "--offline",
-         "--work-dir", str(tmp_path / "rehearse")],
-        capture_output=True, text=True, timeout=3000, check=False,
-    )  # fmt: skip
-    out = ran.stdout
-    assert ran.returncode == 0, out + ran.stderr[-4000:]
-    rows = [ROW.match(row) for row in out.splitlines()]
+    lines, code, peak = _verdict_lines(tmp_path)
+    out = "\n".join(lines)
+    assert code == 0, out
+    rows = [ROW.match(row) for row in lines]
     verdicts = {(m["subject"], m["stage"], m["check"]): m["status"] for m in rows if m}
     assert "FAIL" not in verdicts.values(), out
+    assert peak <= rehearse.PEAK_LIMIT, f"peak scratch {peak / 1000**3:.2f} GB, above 3 GB"
     for line in catalog.load().lines:
         subjects = [f"torch {line.version}"]
         if line.companion is not None:
             subjects.append(f"{line.companion.name} {line.companion.version}")
         for subject in subjects:
             # Each stage ran on each wheel, and each said what it could not check.
-            for stage, check in (("build", "shaped as built"), ("repair", "build information"),
-                                 ("verify", "patched code"), ("verify", "RECORD hashes"),
-                                 ("verify", "library paths"), ("index", "index and install"),
-                                 ("index", "no-op rebuild")):  # fmt: skip
+            for stage, check in (("build", "shaped as built"), ("repair", "Mach-O checks"),
+                                 ("repair", "build information"), ("verify", "patched code"),
+                                 ("verify", "RECORD hashes"), ("verify", "library paths"),
+                                 ("index", "index and install"), ("index", "no-op rebuild")):  # fmt: skip
                 assert verdicts.get((subject, stage, check)) == "ok", (subject, stage, check, out)
-            assert verdicts.get((subject, "repair", "delocate")) == "n/a", out
+            assert verdicts.get((subject, "repair", "delocate and relocate")) == "n/a", out
         if line.companion is not None:
             subject = f"{line.companion.name} {line.companion.version}"
             for check in ("image codecs", "MPS kernels", "links our libtorch", "requires torch"):
                 assert verdicts.get((subject, "verify", check)) == "ok", (subject, check, out)
+    # delocate, relocate, the Mach-O checks and the signing ran for real on the x86_64 wheel.
     x86 = f"torch {rehearse.X86_TORCH} x86_64"
-    assert any(key[0] == x86 and key[2].startswith("library paths (x86_64") and status == "ok"
-               for key, status in verdicts.items()), out  # fmt: skip
+    for check in ("Mach-O checks, delocate, relocate", "signing"):
+        assert verdicts.get((x86, "repair", check)) == "ok", (check, out)
+    for check in ("RECORD hashes", "library paths", "OpenMP layout"):
+        assert any(key[0] == x86 and key[2].startswith(f"{check} (x86_64") and status == "ok"
+                   for key, status in verdicts.items()), (check, out)  # fmt: skip
 
 
 #: One verdict line of the rehearsal: status, subject, stage, check: detail.

@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from intelmac_torch_builder.core import _binaries
+from intelmac_torch_builder.core import _binaries, patching
 from intelmac_torch_builder.core._log import parse_progress
 from intelmac_torch_builder.stages import verify
 
@@ -150,16 +150,9 @@ def test_elf_runpath_into_the_build_machine(tmp_path: Path) -> None:
 
 
 def test_header_paths_land_under_torch_include() -> None:
-    assert verify.wheel_paths("aten/src/ATen/mps/MPSDevicePolicy.h") == [
-        "aten/src/ATen/mps/MPSDevicePolicy.h",
-        "torch/include/ATen/mps/MPSDevicePolicy.h",
-    ]
-    assert verify.wheel_paths("torch/backends/mps/__init__.py") == [
-        "torch/backends/mps/__init__.py"
-    ]
-    assert verify.wheel_paths("aten/src/ATen/mps/MPSDevice.mm") == [
-        "aten/src/ATen/mps/MPSDevice.mm"
-    ]
+    assert patching.wheel_path("aten/src/ATen/mps/MPSDevicePolicy.h") == "torch/include/ATen/mps/MPSDevicePolicy.h"
+    assert patching.wheel_path("torch/backends/mps/__init__.py") == "torch/backends/mps/__init__.py"
+    assert patching.wheel_path("aten/src/ATen/mps/MPSDevice.mm") is None
 
 
 def test_ninja_progress_is_parsed() -> None:

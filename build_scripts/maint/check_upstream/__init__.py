@@ -34,6 +34,8 @@ tests/patches_py calls the same functions.
 
 from __future__ import annotations
 
+from ...core.patching import wheel_path
+
 from .command import (
     DESCRIPTION,
     check,
@@ -66,7 +68,6 @@ from .shim import (
 from .tree import (
     detect_tree,
     normalise_version,
-    wheel_path,
 )
 
 __all__ = [

@@ -65,25 +65,5 @@ def detect_tree(root: Path) -> UpstreamTree:
     )
 
 
-def wheel_path(path: str) -> str | None:
-    """Where a file of the upstream source tree lives in an unpacked wheel (None: nowhere)."""
-    if path.endswith((".mm", ".cpp", ".cu", ".c", ".txt", ".cmake", ".bzl")):
-        return None
-    if path.startswith("aten/src/ATen/"):
-        return (
-            "torch/include/ATen/" + path[len("aten/src/ATen/") :] if path.endswith(".h") else None
-        )
-    if path.startswith("c10/") and path.endswith(".h"):
-        return "torch/include/" + path
-    if path.startswith("torch/csrc/") and path.endswith(".h"):
-        return "torch/include/" + path
-    if path.endswith(".pyi.in"):
-        # The wheel ships the stub generated from it; the hand-written part is verbatim.
-        return path[: -len(".in")]
-    if path.startswith("torch/"):
-        return path
-    return None  # cmake/, tools/, setup.py, ...: build inputs a wheel does not carry
-
-
 def path_map_for(tree: UpstreamTree) -> patching.PathMap:
-    return (lambda path: path) if tree.kind == "source" else wheel_path
+    return (lambda path: path) if tree.kind == "source" else patching.wheel_path
