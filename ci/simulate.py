@@ -38,15 +38,21 @@ fails"); the run exits 0 only if every scenario ends as that table says.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
+import subprocess
 import fnmatch
 import json
 import re
+import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from ..core import catalog as catalog_module
 from ..core.catalog import REPO_ROOT, Catalog
@@ -322,12 +328,12 @@ class Simulator:
         return self._start("schedule", None)
 
     def publish_subset(self) -> str:
-        """release_status --publish --publish-subset: the draft goes out as it is."""
-        release = self.world.releases.get(self.runs[-1].tag or "")
-        if release is None or not release.draft or not release.assets:
-            return "nothing to publish"
-        release.draft = False
-        return "published the subset"
+        """The maintainer's `release_status --tag T --publish --publish-subset`, run for real."""
+        run = self.runs[-1]
+        code, printed, _ = _entry_point(
+            release_status.main, ["--tag", run.tag or "", "--publish", "--publish-subset"],
+            {}, {}, _Gh(self, run, None))
+        return "published the subset" if code == 0 else f"refused ({printed.strip()[:80]})"
 
     def dispatch_on_tag(self, tag: str) -> Run:
         return self._start("workflow_dispatch", tag)
@@ -542,8 +548,74 @@ class Simulator:
         # Comments say what a step does in words; only its commands choose its model.
         script = "\n".join(line for line in script.splitlines()
                            if not line.lstrip().startswith("#"))
+        shell = str(raw.get("shell") or "")
+        lists = _command_lists(script)
+        if lists is None:  # a compound script (if, for, while, case, $(...)): one model
+            return self._command(run, job_id, leg, raw, script, env, files)
+        # GitHub runs a step without `shell:` as `bash -e {0}`, and `shell: bash` as
+        # `bash --noprofile --norc -eo pipefail {0}` (docs, 'Workflow syntax', steps.shell):
+        # -e stops at the first command list that fails, unless the list's failure is
+        # tested (`a || b`, `a && b` but for its last command).
+        errexit = shell in ("", "bash")
+        total = StepOutcome(True, minutes=0.0)  # a step's minutes: its commands' (below)
+        status = 0
+        for commands in lists:
+            status = 0
+            for operator, words in commands:
+                if (operator == "&&" and status != 0) or (operator == "||" and status == 0):
+                    continue
+                status, stop = self._simple(run, job_id, leg, raw, words, env, files, total)
+                if stop is not None:
+                    errexit = errexit if stop != "set" else total.env.pop("-e", "1") == "1"
+                    if stop == "exit":
+                        return _ended(total, status)
+            if status != 0 and errexit:
+                return _ended(total, status)
+        return _ended(total, status)
+
+    def _simple(self, run: Run, job_id: str, leg: Leg, raw: Mapping[str, Any],
+                words: list[str], env: Mapping[str, str], files: dict[str, Any],
+                total: StepOutcome) -> tuple[int, str | None]:
+        """One simple command: bash's builtins here, our commands through their models.
+        Returns its exit status, and "exit" or "set" where it changes how the script goes."""
+        head = words[0] if words else ""
+        if head in ("true", ":"):
+            return 0, None
+        if head == "false":
+            return 1, None
+        if head == "echo":  # an ::error:: annotation is what the maintainer reads
+            text = " ".join(words[1:])
+            match = re.match(r"::error[^:]*::(.*)", text, re.DOTALL)
+            if match:
+                total.error = "\n".join(filter(None, (total.error, f"{leg.name}: {match[1]}")))
+            return 0, None
+        if head == "exit":
+            return int(words[1]) if len(words) > 1 else 0, "exit"
+        if head == "return":  # bash: "can only `return' from a function or sourced script"
+            return 1, None
+        if head == "set":
+            flags = "".join(w for w in words[1:] if w.startswith(("-", "+")))
+            if "e" in flags:
+                total.env["-e"] = "1" if flags.startswith("-") else "0"
+                return 0, "set"
+            return 0, None
+        outcome = self._command(run, job_id, leg, raw, shlex.join(words), env, files,
+                                " ".join(words))
+        total.outputs.update(outcome.outputs)
+        total.env.update(outcome.env)
+        # The set-up commands (a noop's share of the job's set-up) count once a step.
+        total.minutes = (max(total.minutes, outcome.minutes) if model_is_noop(outcome)
+                         else total.minutes + outcome.minutes)
+        if outcome.error:
+            total.error = "\n".join(filter(None, (total.error, outcome.error)))
+        return (0 if outcome.ok else outcome.status or 1), None
+
+    def _command(self, run: Run, job_id: str, leg: Leg, raw: Mapping[str, Any], script: str,
+                 env: Mapping[str, str], files: dict[str, Any],
+                 words: str | None = None) -> StepOutcome:
+        """The model of a command (``words``: its text unquoted, which the markers name)."""
         for marker, model in COMMANDS:
-            if marker in script:
+            if marker in (script if words is None else words):
                 return model(self, run, leg, script, env, files)
         raise SimulationError(f"{job_id}: no model of the step {raw.get('name') or script[:60]!r}")
 
@@ -562,6 +634,45 @@ class StepOutcome:
     error: str = ""
     minutes: float = 1.0
     env: dict[str, str] = field(default_factory=dict)
+    status: int = 0  # the exit status, where a model knows it (else 1 for a failure)
+
+
+def _ended(total: StepOutcome, status: int) -> StepOutcome:
+    """The step as its script's exit status says: a failing command whose status the
+    script swallowed (`|| true`) leaves a passing step, whatever it printed."""
+    return StepOutcome(status == 0, total.outputs, total.error, total.minutes, total.env, status)
+
+
+#: Shell syntax the line model below does not follow: such a script runs as one command.
+_COMPOUND = re.compile(r"(^|[\s;])(if|then|for|while|until|case|do|done|fi|esac)(\s|$)|\$\(|`|\{|\}|\|(?!\|)")
+
+
+def _command_lists(script: str) -> list[list[tuple[str, list[str]]]] | None:
+    """A script's command lists, one per line or `;`, each as (operator, words) with the
+    operator before it ("", "&&", "||"); None where it uses compound syntax."""
+    joined = script.replace("\\\n", " ")
+    if _COMPOUND.search(joined):
+        return None
+    lists: list[list[tuple[str, list[str]]]] = []
+    for line in joined.splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        current: list[tuple[str, list[str]]] = []
+        operator, words = "", []
+        for token in lexer:
+            if token in ("&&", "||", ";"):
+                current.append((operator, words))
+                operator, words = token, []
+                if token == ";":
+                    lists.append(current)
+                    current, operator = [], ""
+            else:
+                words.append(token)
+        if words:
+            current.append((operator, words))
+        if current:
+            lists.append(current)
+    return lists
 
 
 # --- actions --------------------------------------------------------------------------------
@@ -698,9 +809,16 @@ CommandModel = Callable[[Simulator, Run, Leg, str, Mapping[str, str], dict[str, 
 CCACHE = "/tmp/runner/ccache"
 
 
+NOOP_MINUTES = budget.figure("setup") / 4
+
+
 def _cmd_noop(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
               files: dict[str, Any]) -> StepOutcome:
-    return StepOutcome(True, minutes=budget.figure("setup") / 4)
+    return StepOutcome(True, minutes=NOOP_MINUTES)
+
+
+def model_is_noop(outcome: StepOutcome) -> bool:
+    return outcome.ok and outcome.minutes == NOOP_MINUTES and not outcome.outputs
 
 
 def _cmd_state(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
@@ -969,23 +1087,19 @@ def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping
     local = _local_wheels(files)
     for name in draft.plan_add(local, release.assets).upload:
         release.assets[name] = local[name]
+    wheels = {name: digest for name, digest in release.assets.items() if name.endswith(".whl")}
+    release.assets[draft.SUMS] = draft.sums_text(wheels)  # uploaded with --clobber: it grows
     return StepOutcome(True)
 
 
 def _cmd_release_status(sim: Simulator, run: Run, leg: Leg, script: str,
                         env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
-    """ci/release_status.py --publish: publish the draft only when whole (its own functions)."""
-    tag = run.tag or ""
-    release = sim.world.releases[tag]
-    wants = release_status.wanted(sim.catalog, tag)
-    absent = release_status.missing(wants, sorted(release.assets))
-    if not release.draft:
-        return StepOutcome(True)  # published (on purpose, if without some): pages lists it
-    if absent:
-        text = release_status.report(tag, wants, absent, [*release.assets, "SHA256SUMS"])
-        return StepOutcome(False, error=f"{leg.name}: {text}\n{release_status._how_to_finish(tag)}")
-    release.draft = False
-    return StepOutcome(True)
+    """ci/release_status.py with the step's own arguments (``--publish``, and
+    ``--publish-subset`` if a workflow gives it), against the world's release."""
+    argv = _argv_after(script, "ci.release_status")
+    code, printed, outputs = _entry_point(release_status.main, argv, env, files,
+                                          _Gh(sim, run, env["GITHUB_JOB"]))
+    return StepOutcome(code == 0, outputs, _said(leg, printed), status=code)
 
 
 def _cmd_wheel_names(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
@@ -1006,7 +1120,8 @@ def _cmd_old_release(sim: Simulator, run: Run, leg: Leg, script: str, env: Mappi
     if release is not None and not release.draft:
         return StepOutcome(False, error=f"{leg.name}: Already published: Release {tag} is "
                            "already published; push the next build number")
-    release = sim.world.releases.setdefault(tag, Release(True, {}))
+    # `gh release create` makes a draft only when told (--draft); else it publishes at once.
+    release = sim.world.releases.setdefault(tag, Release("--draft" in script, {}))
     release.assets.update(_local_wheels(files))
     return StepOutcome(True)
 
@@ -1023,7 +1138,9 @@ def _cmd_index_collect(sim: Simulator, run: Run, leg: Leg, script: str,
         return StepOutcome(False, error=f"{leg.name}: downloading one release's SHA256SUMS "
                            "failed after its retries; the index was not deployed.")
     published = {tag: release for tag, release in sim.world.releases.items() if not release.draft}
-    files["releases/all"] = {tag: dict(release.assets) for tag, release in published.items()}
+    files["releases/all"] = {tag: {name: digest for name, digest in release.assets.items()
+                                   if name.endswith(".whl")}
+                             for tag, release in published.items()}
     return StepOutcome(True)
 
 
@@ -1093,8 +1210,121 @@ COMMANDS: tuple[tuple[str, CommandModel], ...] = (
     ("simctl", _cmd_noop),
     ("native fetch", _cmd_noop),
     ("ccache -s", _cmd_noop),
+    ("ccache -z", _cmd_noop),
     ("GITHUB_JOB#warmup-", _cmd_state),
 )
+
+
+# --- our entry points, run for real against the world ----------------------------------------
+
+
+class _Gh:
+    """``gh`` as the world answers it, for this job's token: a draft is seen, created,
+    published or uploaded to only with ``contents: write`` (REST API, 'List releases',
+    'Update a release'); ``release create`` makes a draft only when given ``--draft``, and
+    ``release upload`` replaces an asset only with ``--clobber`` (gh manual)."""
+
+    def __init__(self, sim: Simulator, run: Run, job_id: str | None) -> None:
+        self.sim, self.run = sim, run
+        # None: a maintainer's own gh, signed in with push access
+        self.write = job_id is None or _permission(sim.jobs[job_id], "contents") == "write"
+
+    def __call__(self, args: Sequence[str]) -> tuple[int, str, str]:
+        releases = self.sim.world.releases
+        verb = " ".join(args[:2])
+        tag = args[2] if len(args) > 2 else ""
+        release = releases.get(tag)
+        if verb == "release view":
+            if release is None or (release.draft and not self.write):
+                return 1, "", "release not found"
+            assets = [{"name": name, "digest": f"sha256:{digest}"}
+                      for name, digest in release.assets.items()]
+            return 0, json.dumps({"isDraft": release.draft, "assets": assets}), ""
+        if not self.write:
+            return 1, "", "HTTP 403: Resource not accessible by integration"
+        if verb == "release edit" and release is not None:
+            for flag in args[3:]:
+                if flag.startswith("--draft"):
+                    release.draft = flag in ("--draft", "--draft=true")
+            return 0, "", ""
+        if verb == "release create":
+            if release is not None:
+                return 1, "", f"a release with the same tag name already exists: {tag}"
+            releases[tag] = Release("--draft" in args or "--draft=true" in args, {})
+            return 0, "", ""
+        return 1, "", f"the simulated gh has no model of: gh {' '.join(args)}"
+
+
+def _permission(job: Mapping[str, Any], scope: str) -> str:
+    """The job's GITHUB_TOKEN permission for ``scope``: a job's ``permissions:`` sets every
+    scope it does not name to none (docs, 'Controlling permissions for GITHUB_TOKEN');
+    ``write`` includes ``read``."""
+    permissions = job.get("permissions")
+    if isinstance(permissions, str):  # read-all, write-all
+        return permissions.split("-")[0]
+    return str((permissions or {}).get(scope, "none"))
+
+
+def _entry_point(main: Callable[[Sequence[str]], int], argv: Sequence[str],
+                 env: Mapping[str, str], files: dict[str, Any],
+                 gh: Callable[[Sequence[str]], tuple[int, str, str]] | None = None
+                 ) -> tuple[int, str, dict[str, str]]:
+    """Run one of our entry points with its real arguments, in a folder holding the job's
+    files, its env, and ``gh`` answered by the world: (exit status, what it printed, the
+    outputs it wrote to $GITHUB_OUTPUT). Changed JSON files are read back."""
+    real_run = subprocess.run
+
+    def fake_run(command: Any, *args: Any, **kwargs: Any) -> Any:
+        if gh is None or not isinstance(command, list) or command[:1] != ["gh"]:
+            return real_run(command, *args, **kwargs)
+        code, out, err = gh(command[1:])
+        return subprocess.CompletedProcess(command, code, out, err)
+
+    printed = io.StringIO()
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for key, value in files.items():
+            if key.startswith("/") or not isinstance(value, (dict, list)):
+                continue
+            (root / key).parent.mkdir(parents=True, exist_ok=True)
+            (root / key).write_text(json.dumps(value))
+        output = root / "github_output"
+        output.touch()
+        variables = {**env, "GITHUB_OUTPUT": str(output)}
+        cwd = os.getcwd()
+        try:
+            os.chdir(root)
+            with mock.patch.dict(os.environ, variables), \
+                    mock.patch.object(subprocess, "run", fake_run), \
+                    contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                try:
+                    code = int(main(list(argv)) or 0)
+                except SystemExit as exc:  # argparse: bad arguments
+                    code = exc.code if isinstance(exc.code, int) else 2
+        finally:
+            os.chdir(cwd)
+        for path in root.rglob("*.json"):
+            files[str(path.relative_to(root))] = json.loads(path.read_text())
+        outputs = dict(line.split("=", 1) for line in output.read_text().splitlines()
+                       if "=" in line)
+    return code, printed.getvalue(), outputs
+
+
+def _said(leg: Leg, printed: str) -> str:
+    """What an entry point's output tells the maintainer: its ::error:: annotations and
+    error lines, named by the job."""
+    said = [match[1] for match in re.finditer(r"::error[^:]*::(.*)", printed)]
+    said += [line for line in printed.splitlines() if line.startswith("error:")]
+    if not said and "stays a draft" in printed:
+        said = [printed.strip()]
+    return "\n".join(f"{leg.name}: {text}" for text in said)
+
+
+def _argv_after(script: str, marker: str) -> list[str]:
+    """The arguments after ``python -m <module>`` (or ``python <file>``) in a command."""
+    words = shlex.split(script)
+    index = next(i for i, word in enumerate(words) if word.endswith(marker))
+    return words[index + 1:]
 
 
 # --- end states -----------------------------------------------------------------------------
@@ -1122,13 +1352,14 @@ def end_state(sim: Simulator) -> str:
         if sim.world.swapped:
             return "published, replacing published files (" + ", ".join(sim.world.swapped) + ")"
         unbuilt = sorted(name for name, digest in release.assets.items()
-                         if digest not in sim.world.built)
+                         if name.endswith(".whl") and digest not in sim.world.built)
         if unbuilt:
             return "published, with bytes no build job made (" + ", ".join(unbuilt) + ")"
-        if any(sim.world.index.get(name) != digest for name, digest in release.assets.items()):
+        if any(sim.world.index.get(name) != digest for name, digest in release.assets.items()
+               if name.endswith(".whl")):
             return "published, not in the index"
         return "published"
-    if release is not None and release.assets and button:
+    if release is not None and any(name.endswith(".whl") for name in release.assets) and button:
         return "draft, resumable"
     return "failed, says why" if says else "failed, silently"
 
