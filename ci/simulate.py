@@ -644,7 +644,7 @@ def _ended(total: StepOutcome, status: int) -> StepOutcome:
 
 
 #: Shell syntax the line model below does not follow: such a script runs as one command.
-_COMPOUND = re.compile(r"(^|[\s;])(if|then|for|while|until|case|do|done|fi|esac)(\s|$)|\$\(|`|\{|\}|\|(?!\|)")
+_COMPOUND = re.compile(r"(^|[\s;])(if|then|for|while|until|case|do|done|fi|esac)(\s|$)|\$\(|`|\{|\}|(?<!\|)\|(?!\|)")
 
 
 def _command_lists(script: str) -> list[list[tuple[str, list[str]]]] | None:
@@ -863,7 +863,9 @@ def _progress(files: Mapping[str, Any]) -> float:
 
 def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
                  files: dict[str, Any]) -> StepOutcome:
-    """One warm-up job's time-boxed compile: one box of the line's shared compile."""
+    """One warm-up job's time-boxed compile: one box of the line's shared compile. The
+    compile is modelled; ``ci.warmup run`` itself runs with the step's arguments (its
+    state, its exit status, its messages), its compile replaced by the modelled one."""
     stage = int(env.get("STAGE") or 1)
     box = float(env.get("COMPILE_MINUTES") or budget.compile_minutes())
     done = _progress(files)
@@ -873,27 +875,41 @@ def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[s
     python = env.get("PYTHON", "")
     if stage == 1 and not gated_python and sim.faults.warmup_fails >= sim.attempts:
         state = warmup.State(stage, warmup.FAILED, 2, box * 0.1, box)
-        files["state/warmup.json"] = state.__dict__
-        return StepOutcome(False, {"outcome": warmup.FAILED},
-                           f"{leg.name}: the compile failed (exit 2)", minutes=box * 0.1)
-    done = min(need, done + 1.0)
-    files[f"{CCACHE}/ccache"] = {"boxes": done}
-    if done >= need:
-        if gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
+    else:
+        done = min(need, done + 1.0)
+        files[f"{CCACHE}/ccache"] = {"boxes": done}
+        if done >= need and gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
             state = warmup.State(stage, warmup.FAILED, 1, box, box)
-            files["state/warmup.json"] = state.__dict__
-            return StepOutcome(False, {"outcome": warmup.FAILED},
-                               f"{leg.name}: Python {python}'s wheel failed its verify stage",
-                               minutes=box)
-        state = warmup.State(stage, warmup.FINISHED, 0, box * 0.5, box)
-        files["state/warmup.json"] = state.__dict__
-        return StepOutcome(True, {"outcome": warmup.FINISHED}, minutes=box * 0.5)
-    state = warmup.State(stage, warmup.UNFINISHED, 0, box, box)
+        elif done >= need:
+            state = warmup.State(stage, warmup.FINISHED, 0, box * 0.5, box)
+        else:
+            state = warmup.State(stage, warmup.UNFINISHED, 0, box, box)
+    code = sim.code.warmup
+    if "--version" in script and hasattr(code, "run_all"):
+        return _real_warmup_run(sim, leg, script, env, files, state)
     files["state/warmup.json"] = state.__dict__
-    if "--version" in script and stage >= budget.WARMUP_JOBS:
-        return StepOutcome(False, {"outcome": warmup.UNFINISHED},
-                           f"{leg.name}: {warmup.unfinished_message(state)}", minutes=box)
-    return StepOutcome(True, {"outcome": warmup.UNFINISHED}, minutes=box)
+    if state.outcome == warmup.FAILED:
+        why = (f"Python {python}'s wheel failed its verify stage" if gated_python
+               else "the compile failed (exit 2)")
+        return StepOutcome(False, {"outcome": state.outcome}, f"{leg.name}: {why}",
+                           minutes=state.minutes)
+    return StepOutcome(True, {"outcome": state.outcome}, minutes=state.minutes)
+
+
+def _real_warmup_run(sim: Simulator, leg: Leg, script: str, env: Mapping[str, str],
+                     files: dict[str, Any], state: warmup.State) -> StepOutcome:
+    code = sim.code.warmup
+
+    def compiled(commands: Any, *, minutes: float, stage: int, state_path: Path,
+                 grace: float = 0.0) -> Any:
+        ended = code.State(**state.__dict__)
+        ended.save(state_path)
+        return ended
+
+    with mock.patch.object(code, "run_all", compiled):
+        status, printed, outputs = _entry_point(code.main, _argv_after(script, "ci.warmup"),
+                                                env, files)
+    return StepOutcome(status == 0, outputs, _said(leg, printed), state.minutes, status=status)
 
 
 def _wheel_name(project: str, version: str, tag: str, platform: str) -> str:
