@@ -308,6 +308,7 @@ class Simulator:
         self.world = World()
         self.runs: list[Run] = []
         self.attempts = 0  # every attempt of every run: the faults count these
+        self.failed_before: set[str] = set()  # the jobs that failed before this attempt
         self.log = log or (lambda text: None)
         self._check_concurrency()
 
@@ -379,6 +380,8 @@ class Simulator:
         run.contexts["github"]["run_attempt"] = str(run.attempt)
         run.contexts["github"]["run_id"] = str(run.run_id)
         start = self.world.hour
+        self.failed_before = {job_id for job_id, job in run.jobs.items()
+                              if job.result == "failure"}
         ends = {job_id: start for job_id in self.order if job_id not in chosen}
         pending = [job_id for job_id in self.order if job_id in chosen]
         clock = start
@@ -438,8 +441,12 @@ class Simulator:
             leg = Leg(job_id, "failure", errors=[f"{job_id}: the matrix has no entries"])
             return JobResult("failure", [leg], {})
         legs = []
+        # "Re-run failed jobs" re-runs the failed jobs (a matrix's legs are jobs of their
+        # own) and every job that depends on them, all its legs (GitHub docs, 'Re-running
+        # workflows and jobs'): only a job with no failed job up its chain keeps legs.
+        dependent = bool(self._ancestors(job_id) & self.failed_before)
         for entry in entries:
-            kept = self._kept_leg(before, entry)
+            kept = None if dependent else self._kept_leg(before, entry)
             legs.append(kept if kept is not None else self._leg(run, job_id, job, entry, contexts,
                                                                 begins))
         result = "failure" if any(leg.result == "failure" for leg in legs) else "success"
@@ -543,6 +550,11 @@ class Simulator:
             model = ACTIONS.get(uses)
             if model is None:
                 raise SimulationError(f"no model of the action {uses}")
+            lacking = _lacks(self, job_id, uses)
+            if lacking:
+                return StepOutcome(False, error=f"{leg.name}: {uses} needs the job's token to "
+                                   f"have {lacking} (HTTP 403: Resource not accessible by "
+                                   "integration)")
             return model(self, run, leg, with_, files)
         assert script is not None
         # Comments say what a step does in words; only its commands choose its model.
@@ -614,6 +626,10 @@ class Simulator:
                  env: Mapping[str, str], files: dict[str, Any],
                  words: str | None = None) -> StepOutcome:
         """The model of a command (``words``: its text unquoted, which the markers name)."""
+        lacking = _lacks(self, job_id, script)
+        if lacking:
+            return StepOutcome(False, error=f"{leg.name}: the job's token lacks {lacking} "
+                               "(HTTP 403: Resource not accessible by integration)")
         for marker, model in COMMANDS:
             if marker in (script if words is None else words):
                 return model(self, run, leg, script, env, files)
@@ -1243,7 +1259,8 @@ class _Gh:
     def __init__(self, sim: Simulator, run: Run, job_id: str | None) -> None:
         self.sim, self.run = sim, run
         # None: a maintainer's own gh, signed in with push access
-        self.write = job_id is None or _permission(sim.jobs[job_id], "contents") == "write"
+        self.write = job_id is None or _permission(sim.jobs[job_id], "contents",
+                                                   sim.workflow) == "write"
 
     def __call__(self, args: Sequence[str]) -> tuple[int, str, str]:
         releases = self.sim.world.releases
@@ -1271,14 +1288,40 @@ class _Gh:
         return 1, "", f"the simulated gh has no model of: gh {' '.join(args)}"
 
 
-def _permission(job: Mapping[str, Any], scope: str) -> str:
-    """The job's GITHUB_TOKEN permission for ``scope``: a job's ``permissions:`` sets every
-    scope it does not name to none (docs, 'Controlling permissions for GITHUB_TOKEN');
-    ``write`` includes ``read``."""
-    permissions = job.get("permissions")
+#: What a step needs of its job's GITHUB_TOKEN (each action's README; the REST API's
+#: permissions for the endpoints gh calls): (marker of the action or command, scopes).
+NEEDS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("actions/checkout", {"contents": "read"}),
+    ("actions/attest-build-provenance", {"id-token": "write", "attestations": "write"}),
+    ("actions/deploy-pages", {"pages": "write", "id-token": "write"}),
+    ("ci.publish_check", {"pages": "read", "actions": "read"}),
+    ("ci.draft assets", {"contents": "write"}),  # a draft is listed only to push access
+    ("ci.draft add", {"contents": "write"}),
+    ("publish_index collect", {"contents": "read"}),
+    ("gh cache", {"actions": "write"}),
+)
+_LEVELS = {"none": 0, "read": 1, "write": 2}
+
+
+def _permission(job: Mapping[str, Any], scope: str,
+                workflow: Mapping[str, Any] | None = None) -> str:
+    """The job's GITHUB_TOKEN permission for ``scope``: a ``permissions:`` sets every scope
+    it does not name to none, and a job without one takes the workflow's (docs,
+    'Controlling permissions for GITHUB_TOKEN'); ``write`` includes ``read``."""
+    permissions = job.get("permissions", (workflow or {}).get("permissions"))
     if isinstance(permissions, str):  # read-all, write-all
         return permissions.split("-")[0]
     return str((permissions or {}).get(scope, "none"))
+
+
+def _lacks(sim: Simulator, job_id: str, text: str) -> str:
+    """The permissions the step ``text`` (an action's name or a command) needs and its job
+    lacks, as GitHub's refusal would name them; empty when it has them."""
+    job = sim.jobs[job_id]
+    missing = [f"{scope}: {level}" for marker, scopes in NEEDS if marker in text
+               for scope, level in scopes.items()
+               if _LEVELS.get(_permission(job, scope, sim.workflow), 0) < _LEVELS[level]]
+    return ", ".join(dict.fromkeys(missing))
 
 
 def _entry_point(main: Callable[[Sequence[str]], int], argv: Sequence[str],
