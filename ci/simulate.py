@@ -1295,7 +1295,7 @@ NEEDS: tuple[tuple[str, dict[str, str]], ...] = (
     ("actions/attest-build-provenance", {"id-token": "write", "attestations": "write"}),
     ("actions/deploy-pages", {"pages": "write", "id-token": "write"}),
     ("ci.publish_check", {"pages": "read", "actions": "read"}),
-    ("ci.draft assets", {"contents": "write"}),  # a draft is listed only to push access
+    ("ci.draft assets", {"contents": "read"}),  # a draft is listed only to write (above)
     ("ci.draft add", {"contents": "write"}),
     ("publish_index collect", {"contents": "read"}),
     ("gh cache", {"actions": "write"}),
@@ -1434,6 +1434,8 @@ class Expected:
 
     state: str
     rerun: bool  # its button column names *Re-run failed jobs*
+    presses: int | None = None  # how many times a button is pressed
+    hours: float | None = None  # the runner hours, at most (the time model's minutes)
 
 
 def expected_rows(doc: Path = RELEASES_DOC) -> dict[str, Expected]:
@@ -1449,8 +1451,10 @@ def expected_rows(doc: Path = RELEASES_DOC) -> dict[str, Expected]:
             break
         match = _ROW.match(line)
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if match and len(cells) == 5 and cells[4] in STATES:
-            found[match["name"]] = Expected(cells[4], RERUN_NAMED.search(cells[3]) is not None)
+        if match and len(cells) in (5, 7) and cells[4] in STATES:
+            counts = (int(cells[5]), float(cells[6])) if len(cells) == 7 else (None, None)
+            found[match["name"]] = Expected(cells[4], RERUN_NAMED.search(cells[3]) is not None,
+                                            *counts)
     return found
 
 
@@ -1464,6 +1468,12 @@ class Outcome:
     state: str
     expected: Expected | None
     trace: tuple[str, ...]
+    hours: float = 0.0  # runner hours over every run and attempt
+
+    @property
+    def presses(self) -> int:
+        return sum(1 for line in self.trace if line.startswith("press: ") and
+                   line != "press: no button named")
 
     @property
     def pressed_rerun(self) -> bool:
@@ -1471,8 +1481,11 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return (self.expected is not None and self.state == self.expected.state
-                and self.pressed_rerun == self.expected.rerun)
+        row = self.expected
+        return (row is not None and self.state == row.state
+                and self.pressed_rerun == row.rerun
+                and row.presses in (None, self.presses)
+                and (row.hours is None or self.hours <= row.hours))
 
 
 def simulate(scenario: Scenario, workflow: Path, catalog: Catalog, version: str,
@@ -1494,7 +1507,8 @@ def simulate(scenario: Scenario, workflow: Path, catalog: Catalog, version: str,
             trace.append(f"press: {sim.press()}")
         elif action.kind == "publish-subset":
             trace.append(f"publish-subset: {sim.publish_subset()}")
-    return Outcome(scenario.name, end_state(sim), None, tuple(trace))
+    return Outcome(scenario.name, end_state(sim), None, tuple(trace),
+                   sum(run.minutes for run in sim.runs) / 60)
 
 
 def run_all(workflow: Path, catalog: Catalog, version: str | None = None,
@@ -1509,7 +1523,7 @@ def run_all(workflow: Path, catalog: Catalog, version: str | None = None,
                 outcome = simulate(scenario, workflow, catalog, chosen, code, schedule)
             except SimulationError as exc:
                 outcome = Outcome(scenario.name, f"cannot simulate: {exc}", None, ())
-            outcome = Outcome(scenario.name, outcome.state, row, outcome.trace)
+            outcome = Outcome(scenario.name, outcome.state, row, outcome.trace, outcome.hours)
             if not outcome.ok:
                 break
         outcomes.append(outcome)
@@ -1537,9 +1551,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         row = outcome.expected
         wanted = "" if outcome.ok else (
             "   (docs/releasing.md: " + (f"{row.state}, button: "
-                                          f"{RERUN if row.rerun else 'none pressed'}" if row else "no row")
+                                          f"{RERUN if row.rerun else 'none pressed'}, "
+                                          f"{row.presses} presses, at most {row.hours:g} runner "
+                                          "hours" if row else "no row")
             + f"; pressed: {RERUN if outcome.pressed_rerun else 'none'})")
-        print(f"{mark} {outcome.scenario:<{width}}  {outcome.state}{wanted}")
+        print(f"{mark} {outcome.scenario:<{width}}  {outcome.state}, {outcome.presses} presses, "
+              f"{outcome.hours:.1f} runner hours{wanted}")
         if args.verbose or not outcome.ok:
             for line in outcome.trace:
                 print(f"       {line}")
