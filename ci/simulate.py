@@ -294,7 +294,8 @@ def _with_success(condition: Any) -> str:
 class Simulator:
     def __init__(self, workflow_path: Path, catalog: Catalog, version: str, faults: Faults,
                  log: Callable[[str], None] | None = None, code: Code = Code(),
-                 schedule: str = "earliest") -> None:
+                 schedule: str = "earliest", variables: Mapping[str, str] | None = None) -> None:
+        self.variables = dict(variables or {})  # the repository's variables (vars.*)
         if schedule not in SCHEDULES:
             raise SimulationError(f"no schedule {schedule!r}: {', '.join(SCHEDULES)}")
         self.order_kind = schedule
@@ -342,7 +343,7 @@ class Simulator:
     def _start(self, event: str, tag: str | None) -> Run:
         _, _, contexts = plan.event_contexts(
             self.workflow, self.catalog, event=event, tag=tag, lines=None, pythons=None,
-            repository=plan.DEFAULT_REPOSITORY, variables={})
+            repository=plan.DEFAULT_REPOSITORY, variables=self.variables)
         run = Run(len(self.runs) + 1, event, tag, contexts, self.world.hour)
         self.runs.append(run)
         self._attempt(run, set(self.order))

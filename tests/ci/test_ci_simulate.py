@@ -239,3 +239,19 @@ def test_the_button_after_a_failed_first_warmup_job_finishes_the_release(
     actions cache instead of failing on the missing artifact."""
     outcome = simulate.simulate(WARMUP_FAILS, RELEASE, catalog, catalog.default_version)
     assert outcome.pressed_rerun and outcome.state == "published", outcome.trace
+
+
+def test_a_run_on_a_whole_draft_with_the_gpu_runner_builds_and_tests_nothing(
+        catalog: catalog_module.Catalog) -> None:
+    """N7 of issue 40: with a registered GPU runner, a run of a tag whose draft holds every
+    wheel has empty matrices; regress-gpu must be skipped like the other jobs, not fail on
+    an empty matrix (seen failing before regress-gpu had the pending guard)."""
+    sim = simulate.Simulator(RELEASE, catalog, catalog.default_version, simulate.Faults(),
+                             variables={"HAS_INTEL_GPU_RUNNER": "true"})
+    tag = f"v{catalog.default_version}-1"
+    assert sim.push(1).jobs["regress-gpu"].result == "success"
+    sim.world.releases[tag].draft = True  # its publish step failed after draft add
+    sim.world.advance((simulate.RERUN_DAYS + 1) * 24)
+    run = sim.dispatch_on_tag(tag)
+    assert run.jobs["regress-gpu"].result == "skipped", run.errors()
+    assert simulate.end_state(sim) == "published", run.errors()
