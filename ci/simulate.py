@@ -18,7 +18,8 @@ presses the button the run's error messages name:
 * **caches** (*Dependency caching*): a run restores its own ref's entries, then the default
   branch's, exact key first, then the newest entry matching a restore key; an entry unused
   for 7 days is removed, and beyond 10 GB the least recently used go first;
-* **concurrency**: runs of one group queue (``cancel-in-progress: false``); the scenarios
+* **concurrency** (*Control the concurrency of workflows and jobs*): a group holds one
+  running and one pending run, a newer one cancelling the pending; the scenarios
   run one after another, so none is cancelled, and a group that would cancel is an error;
 * **timeouts**: a step past its ``timeout-minutes`` fails; a job past its own is cut off;
 * **working-directory**: a step whose folder does not exist fails (download-artifact makes
