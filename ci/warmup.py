@@ -175,6 +175,14 @@ def ready(state_path: Path) -> State:
     state = State.load(state_path)
     if state.outcome == FINISHED:
         return state
+    if state.outcome == UNFINISHED and state.stage < budget.WARMUP_JOBS:
+        # The last job left no state: its runner was lost, or it was cancelled.
+        lost = state.stage + 1
+        raise BuildError(
+            f"The warm-up did not finish its compile in {state.stage} jobs, and warm-up job "
+            f"{lost} did not record how it ended (its runner was lost, or it was cancelled). "
+            f"Press 'Re-run failed jobs': warm-up job {lost} continues from job "
+            f"{state.stage}'s compiler cache (artifact, kept 30 days).")
     if state.outcome == UNFINISHED:
         raise BuildError(unfinished_message(state))
     next_step(state_path)  # raises for a failed warm-up

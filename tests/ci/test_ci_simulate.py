@@ -255,3 +255,23 @@ def test_a_run_on_a_whole_draft_with_the_gpu_runner_builds_and_tests_nothing(
     run = sim.dispatch_on_tag(tag)
     assert run.jobs["regress-gpu"].result == "skipped", run.errors()
     assert simulate.end_state(sim) == "published", run.errors()
+
+
+LAST_JOB_LOST = simulate.Scenario(
+    "last-warmup-lost", "the runner of the last warm-up job is lost; then the button",
+    (simulate.PUSH, simulate.PRESS),
+    lambda catalog, version: simulate.Faults(compile_boxes=simulate.budget.WARMUP_JOBS - 0.5,
+                                             lost=(f"warmup-{simulate.budget.WARMUP_JOBS}", 1)))
+
+
+def test_after_a_lost_last_warmup_job_the_wheel_jobs_name_it(
+        catalog: catalog_module.Catalog) -> None:
+    """N8 of issue 40: the state the wheel jobs read is the job before the lost one's; their
+    message must name the lost job, which the button re-runs (seen failing: it said warm-up
+    job 3 continues)."""
+    outcome = simulate.simulate(LAST_JOB_LOST, RELEASE, catalog, catalog.default_version)
+    last = simulate.budget.WARMUP_JOBS
+    said = [line for line in outcome.trace if "! wheel " in line and "The warm-up" in line]
+    assert said and all(f"warm-up job {last} continues" in line
+                        and f"warm-up job {last - 1} continues" not in line for line in said), said
+    assert outcome.pressed_rerun and outcome.state == "published", outcome.trace
