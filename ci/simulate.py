@@ -158,6 +158,9 @@ class Faults:
     python_fails: dict[str, int] = field(default_factory=dict)  # Python -> attempts it fails
     vision_fails: int = 0  # attempts in which torchvision's build fails
     lost: tuple[str, int] | None = None  # (job id, attempt) whose runner is lost mid-job
+    # (job id, attempt) whose compiler-cache hand-over upload fails (after `overwrite`
+    # deleted the artifact it replaces: upload-artifact deletes first, then uploads)
+    handover_fails: tuple[str, int] | None = None
     # Attempts count across the scenario's runs: 1 fails the first attempt only, 99 all.
     index_errors: int = 0  # attempts in which one SHA256SUMS download fails
     # A package the test job installs (unpinned) swaps the wheels beside it for other bytes.
@@ -215,6 +218,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              lambda c, v: Faults(python_fails={_newest(c, v): 2})),
     Scenario("schedule-refresh", "the scheduled refresh of the compiler cache",
              (Action("schedule"), Action("wait", 84), Action("schedule"))),
+    Scenario("handover-upload-fails", "the last warm-up job finishes, and its compiler-cache "
+             "hand-over upload fails; then the button", (PUSH, PRESS),
+             lambda c, v: Faults(compile_boxes=budget.WARMUP_JOBS - 0.5,
+                                 handover_fails=(f"warmup-{budget.WARMUP_JOBS}", 1))),
     Scenario("subset-published-then-completed", "the newest Python fails once; the subset is "
              "published by hand; then the button", (PUSH, Action("publish-subset"), PRESS),
              lambda c, v: Faults(python_fails={_newest(c, v): 1})),
@@ -232,6 +239,7 @@ class Leg:
     errors: list[str] = field(default_factory=list)
     matrix: dict[str, Any] = field(default_factory=dict)
     attempt: int = 0  # the attempt that ran it (a kept leg keeps an earlier one)
+    job_id: str = ""
     start: float = 0.0  # hours on the world's clock
     minutes: float = 0.0  # the runner's minutes
 
@@ -467,7 +475,8 @@ class Simulator:
              contexts: Mapping[str, Any], begins: float) -> Leg:
         name = expressions.to_string(expressions.interpolate(
             job.get("name", job_id), {**contexts, "matrix": entry}))
-        leg = Leg(name, "success", matrix=dict(entry), attempt=run.attempt, start=begins)
+        leg = Leg(name, "success", matrix=dict(entry), attempt=run.attempt, start=begins,
+                  job_id=job_id)
         local: dict[str, Any] = {**contexts, "matrix": dict(entry), "steps": {},
                                  "github": {**contexts["github"], "job": job_id},
                                  "runner": {"temp": "/tmp/runner", "os": "macOS", "arch": "X64"}}
@@ -720,6 +729,10 @@ def _upload(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
         return StepOutcome(False, error=f"{leg.name}: an artifact named {name} exists in this run")
     for artifact in same:
         world.artifacts.remove(artifact)
+    if (sim.faults.handover_fails == (leg.job_id, sim.attempts)
+            and name == leg.matrix.get("ccache_artifact")):
+        return StepOutcome(False, error=f"{leg.name}: Failed to upload artifact {name}: "
+                           "the connection was reset (the artifact it replaces is deleted)")
     days = float(with_.get("retention-days") or 90)
     world.artifacts.append(Artifact(run.run_id, name, world.hour, days, payload))
     return StepOutcome(True)
