@@ -8,6 +8,7 @@ planted regression in today's workflow makes the scenario that covers it fail.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,9 @@ from intelmac_torch_builder.core import catalog as catalog_module
 from intelmac_torch_builder.ci import simulate
 
 BEFORE = "65b162324037facd2488864be97e93b27f98e1f7"
+#: The scenarios issue 33's table named (later ones cover later fixes).
+ISSUE_33_SCENARIOS = [name for name in (s.name for s in simulate.SCENARIOS)
+                      if name not in ("test-dependency-swaps-wheels", "handover-upload-fails")]
 
 
 @pytest.fixture(scope="module")
@@ -69,32 +73,103 @@ def _planted(tmp_path: Path, old: str, new: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("scenario", "old", "new"), [
-    # The warm-up cache artifact kept one day, as before: a re-run two days later starts cold.
-    ("rerun-after-2-days", "          compression-level: 0\n          retention-days: 30",
-     "          compression-level: 0\n          retention-days: 1"),
-    # The refresh asking the schedule's payload for the default branch saves nothing.
-    ("schedule-refresh", "(github.event_name == 'schedule' || github.ref_name == github.event.repository.default_branch)) ||",
-     "github.ref_name == github.event.repository.default_branch) ||"),
-    # Publishing whatever passed: the release goes out without the Python that keeps failing
-    # (once it passes, a re-run adds it to the published release: one-python-fails ends
-    # published either way).
-    ("newest-python-fails", 'run: python -m intelmac_torch_builder.ci.release_status --tag "$TAG" --publish',
+#: One plant per class of regression, each in a copy of today's release.yml, and the
+#: scenario of `make ci-simulate` it must fail (issue 40): (class, scenario, old, new).
+PLANTS = [
+    # ordering: test-wheel no longer waits for torchvision; jobs start as soon as their
+    # needs allow, so it races the vision jobs (passed every test when jobs ran in file order).
+    ("ordering", "first-tag-green", "    needs: [matrix, wheel, vision]\n    # One failing",
+     "    needs: [matrix, wheel]\n    # One failing"),
+    # exit status: the last warm-up job's unfinished compile swallowed by the shell.
+    ("exit status", "warmup-out-of-time", '--fetch-args "$FETCH_ARGS"\n',
+     '--fetch-args "$FETCH_ARGS" || true\n'),
+    # flags: the release job publishes half a line by itself (passed every test before).
+    ("flags", "newest-python-fails", 'ci.release_status --tag "$TAG" --publish\n',
+     'ci.release_status --tag "$TAG" --publish --publish-subset\n'),
+    # flags: publishing whatever passed, with gh's own flag.
+    ("flags", "newest-python-fails",
+     'run: python -m intelmac_torch_builder.ci.release_status --tag "$TAG" --publish',
      'run: gh release edit "$TAG" --draft=false'),
-    # The torch build's record downloaded beside, not into, the line's dist/: the companion
-    # build finds no verified torch wheel.
-    ("first-tag-green", "          merge-multiple: true\n          path: build/${{ matrix.version }}/dist\n",
-     "          merge-multiple: true\n          path: build\n"),
-    # torchvision waiting for every wheel job to succeed: one Python's failure costs them all.
-    ("newest-python-fails", "    needs: [matrix, wheel]\n    if: ${{ !cancelled() && needs.matrix.result == 'success' && needs.matrix.outputs.pending == 'true' && github.event_name != 'schedule' }}\n    runs-on: ${{ matrix.runner }}\n    timeout-minutes: 180",
+    # permissions: the release job cannot see its draft or upload to it.
+    ("permissions", "first-tag-green",
+     "      contents: write # create the draft, add its assets, publish it", "      contents: read"),
+    # permissions: attest cannot sign.
+    ("permissions", "first-tag-green", "      id-token: write # sign the provenance",
+     "      # id-token: write # sign the provenance"),
+    # hashes: attest signs whatever the test jobs left, not the bytes a build job made.
+    ("hashes", "test-dependency-swaps-wheels",
+     "run: python3 ci/tested.py select --verdicts verdicts dist", "run: echo kept every wheel"),
+    # retention: the warm-up cache artifact kept one day, as before: a re-run two days later
+    # starts cold.
+    ("retention", "rerun-after-2-days", "          compression-level: 0\n          retention-days: 30",
+     "          compression-level: 0\n          retention-days: 1"),
+    # keys: a save key without the run: GitHub keeps a key's first entry, so the refresh
+    # saves nothing new.
+    ("keys", "schedule-refresh",
+     "-${{ github.run_id }}-${{ github.run_attempt }}-${{ github.job }}\n", "\n"),
+    # keys: restore keys that match nothing: every refresh compiles cold (runner hours).
+    ("keys", "schedule-refresh",
+     "            ccache-${{ matrix.version }}-${{ steps.toolchain.outputs.key }}-${{ matrix.fingerprint_short }}-\n"
+     "            ccache-${{ matrix.version }}-${{ steps.toolchain.outputs.key }}-\n"
+     "            ccache-${{ matrix.version }}-\n      - name: Compile",
+     "            ccache-${{ matrix.python }}-\n      - name: Compile"),
+    # guards: the refresh asking the schedule's payload for the default branch saves nothing.
+    ("guards", "schedule-refresh",
+     "(github.event_name == 'schedule' || github.ref_name == github.event.repository.default_branch)) ||",
+     "github.ref_name == github.event.repository.default_branch) ||"),
+    # guards: torchvision waiting for every wheel job to succeed: one Python's failure costs
+    # them all.
+    ("guards", "newest-python-fails",
+     "    needs: [matrix, wheel]\n    if: ${{ !cancelled() && needs.matrix.result == 'success' && needs.matrix.outputs.pending == 'true' && github.event_name != 'schedule' }}\n    runs-on: ${{ matrix.runner }}\n    timeout-minutes: 180",
      "    needs: [matrix, wheel]\n    runs-on: ${{ matrix.runner }}\n    timeout-minutes: 180"),
-])
-def test_a_planted_regression_fails_its_scenario(tmp_path: Path, scenario: str, old: str,
-                                                 new: str, catalog: catalog_module.Catalog) -> None:
-    chosen = next(s for s in simulate.SCENARIOS if s.name == scenario)
-    outcome = simulate.simulate(chosen, _planted(tmp_path, old, new), catalog,
-                                catalog.default_version)
-    assert outcome.state != simulate.expected_states()[scenario], outcome.trace
+    # the torch build's record downloaded beside, not into, the line's dist/: the companion
+    # build finds no verified torch wheel.
+    ("paths", "first-tag-green",
+     "          merge-multiple: true\n          path: build/${{ matrix.version }}/dist\n",
+     "          merge-multiple: true\n          path: build\n"),
+    # N2: the outcome recorded even when the hand-over failed.
+    ("guards", "handover-upload-fails",
+     " && (steps.compile.outputs.outcome == 'failed' || steps.handover.outcome == 'success') }}",
+     " }}"),
+]
+
+
+@pytest.mark.parametrize(("kind", "scenario", "old", "new"), PLANTS,
+                         ids=[f"{kind}-{scenario}-{i}" for i, (kind, scenario, *_) in
+                              enumerate(PLANTS)])
+def test_each_plant_class_fails_make_ci_simulate(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str], kind: str,
+                                                 scenario: str, old: str, new: str) -> None:
+    path = _planted(tmp_path, old, new)
+    assert simulate.main(["--workflow", str(path), "--scenario", scenario]) == 1, kind
+    assert f"FAIL {scenario}" in capsys.readouterr().out
+
+
+def test_the_plants_cover_every_class() -> None:
+    assert {kind for kind, *_ in PLANTS} >= {"ordering", "exit status", "flags", "permissions",
+                                             "hashes", "retention", "keys", "guards"}
+
+
+def test_a_warmup_that_returns_0_for_an_unfinished_last_job_fails(
+        tmp_path: Path, catalog: catalog_module.Catalog) -> None:
+    """exit status, in our code: ci.warmup runs for real, so its exit status decides."""
+    source = Path(simulate.warmup.__file__).read_text()
+    old = "        print(f\"::error title=Warm-up unfinished::{unfinished_message(state)}\")\n        return 1\n"
+    assert old in source
+    path = tmp_path / "warmup_planted.py"
+    path.write_text(source.replace(old, old.replace("return 1", "return 0")))
+    name = "intelmac_torch_builder.ci.warmup_planted"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        outcomes = simulate.run_all(RELEASE, catalog, code=simulate.Code(warmup=module),
+                                    only=["warmup-out-of-time"])
+    finally:
+        del sys.modules[name]
+    assert [o.ok for o in outcomes] == [False], outcomes[0].trace
 
 
 def test_a_step_without_a_model_is_an_error(tmp_path: Path,
@@ -154,7 +229,8 @@ def test_before_issue_33_every_scenario_ended_otherwise(
     workflow, _, package = before
     # Today's catalog is the world's truth (0.29.1's official wheels are per Python); that
     # commit's code reads its own catalog, as it did.
-    outcomes = simulate.run_all(workflow, catalog, code=_code_before(package))
+    outcomes = simulate.run_all(workflow, catalog, code=_code_before(package),
+                                only=ISSUE_33_SCENARIOS)
     passed = [o.scenario for o in outcomes if o.ok]
     # Seen on that commit: each scenario ends otherwise than docs/releasing.md now says.
     assert passed == [], "\n".join(f"{o.scenario}: {o.state}\n  " + "\n  ".join(o.trace)
@@ -173,7 +249,8 @@ def test_before_issue_33_on_a_py3_none_line(before: tuple[Path, Path, types.Modu
     old = tmp_path / "before" / "catalog.yaml"
     shutil.copytree(package_dir / "patches", old.parent)
     edit_catalog(old, pin_everything)
-    outcomes = simulate.run_all(workflow, catalog, "2.15.0", code=_code_before(package, old))
+    outcomes = simulate.run_all(workflow, catalog, "2.15.0", code=_code_before(package, old),
+                                only=ISSUE_33_SCENARIOS)
     assert [o.scenario for o in outcomes if o.ok] == ["first-tag-green", "runner-lost-mid-job",
                                                       "second-tag-same-line"]
     assert all(o.ok for o in simulate.run_all(RELEASE, catalog, "2.15.0"))
