@@ -5,14 +5,22 @@ The job graph is the one ``ci-plan`` derives from ``release.yml`` (its ``on:``, 
 module plays GitHub's part with its documented semantics, and each scenario's maintainer
 presses the button the run's error messages name:
 
+* **order** (*Using jobs in a workflow*): jobs run in parallel unless ``needs`` orders
+  them; each scenario runs with every job starting as soon as its needs end, and with the
+  jobs one at a time in the file's order; an artifact is seen once its upload step ran;
 * **needs and if** (GitHub docs, *Using jobs* / *Expressions*): a job without an ``if``
   runs when every job before it in its chain succeeded; ``!cancelled()``, ``always()``,
   ``failure()`` lift that; a step's ``if`` defaults to the steps before it succeeding;
   ``continue-on-error`` turns a failing step's conclusion into success;
 * **re-runs** (*Re-running workflows and jobs*): "Re-run failed jobs" runs the failed
-  matrix legs and every job that depends on them again, in the same run (same id, same ref
-  and commit), up to 30 days after the first attempt; jobs left out keep their results and
-  outputs; the run's artifacts stay;
+  jobs (a matrix leg is a job) and every leg of every job that depends on them again, in
+  the same run (same id, same ref and commit), up to 30 days after the first attempt; jobs
+  left out keep their results and outputs; the run's artifacts stay;
+* **permissions** (*Controlling permissions for GITHUB_TOKEN*, the actions' READMEs): a
+  job's ``permissions:`` set the scopes they leave out to none; each step's needs
+  (``NEEDS``) are checked against its job's;
+* **the shell** (*Workflow syntax*, ``steps[*].shell``): ``bash -e {0}``: command lists,
+  ``&&``, ``||``, ``set -e``/``+e``, ``exit``, ``return`` decide a step's exit status;
 * **artifacts** (actions/upload-artifact): named per run, ``overwrite: true`` replaces one,
   gone after ``retention-days`` (default 90);
 * **caches** (*Dependency caching*): a run restores its own ref's entries, then the default
@@ -27,10 +35,12 @@ presses the button the run's error messages name:
 * **draft releases** (REST API, *List releases*): listed only to a token with push access,
   so a job without ``contents: write`` sees no draft of its tag.
 
-What the workflow's own commands do is modelled here step by step (``_run_step``). The
-decisions of our own code are the real functions: ``ci.warmup`` (next, ready, pick),
-``ci.draft`` (what a draft lacks, what ``add`` uploads, when ``publish`` publishes), the
-matrix generator. A step without a model is an error, so a new step cannot slip past.
+Our own entry points run for real with the step's arguments where they decide the
+release: ``ci.warmup run`` (its compile modelled), ``ci.release_status`` (``gh`` answered by
+the world, ``_Gh``), the matrix step; ``ci.warmup`` next/ready/pick, ``ci.tested``,
+``ci.wheel_names`` and ``ci.draft``'s decisions are their real functions. The other
+commands (the compile, ``make build``, the tests, the index) are modelled step by step
+(``COMMANDS``). A command without a model is an error, so a new step cannot slip past.
 
 The scenarios' expected end states are the table in docs/releasing.md ("When a release
 fails"); the run exits 0 only if every scenario ends as that table says.
