@@ -742,7 +742,7 @@ def _upload(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
     for artifact in same:
         world.artifacts.remove(artifact)
     if (sim.faults.handover_fails == (leg.job_id, sim.attempts)
-            and name == leg.matrix.get("ccache_artifact")):
+            and name.startswith(str(leg.matrix.get("ccache_artifact")))):
         return StepOutcome(False, error=f"{leg.name}: Failed to upload artifact {name}: "
                            "the connection was reset (the artifact it replaces is deleted)")
     days = float(with_.get("retention-days") or 90)
@@ -872,6 +872,13 @@ def _cmd_state(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
     outputs: dict[str, str] = {}
     extra_env = {"STAGE": str(stage)} if number else {}
     code = sim.code.warmup
+    if "artifact" in getattr(code.State, "__dataclass_fields__", {}):
+        # ci.warmup next/ready as the step runs them: their exit status and outputs.
+        line = next(line for line in script.splitlines() if "ci.warmup" in line)
+        argv = _argv_after(line.replace('"$stage"', str(stage)), "ci.warmup")
+        status, printed, outputs = _entry_point(code.main, argv, env, files)
+        return StepOutcome(status == 0, outputs, _said(leg, printed), env=extra_env,
+                           status=status)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "warmup.json"
         if "state/warmup.json" in files:
@@ -930,7 +937,8 @@ def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[s
     code = sim.code.warmup
     if "--version" in script and hasattr(code, "run_all"):
         return _real_warmup_run(sim, leg, script, env, files, state)
-    files["state/warmup.json"] = state.__dict__
+    # An older warm-up's state, as its code reads it (it had no artifact field).
+    files["state/warmup.json"] = {k: v for k, v in state.__dict__.items() if k != "artifact"}
     if state.outcome == warmup.FAILED:
         why = (f"Python {python}'s wheel failed its verify stage" if gated_python
                else "the compile failed (exit 2)")
@@ -945,7 +953,8 @@ def _real_warmup_run(sim: Simulator, leg: Leg, script: str, env: Mapping[str, st
 
     def compiled(commands: Any, *, minutes: float, stage: int, state_path: Path,
                  grace: float = 0.0) -> Any:
-        ended = code.State(**state.__dict__)
+        known = getattr(code.State, "__dataclass_fields__", {})
+        ended = code.State(**{k: v for k, v in state.__dict__.items() if k in known})
         ended.save(state_path)
         return ended
 
