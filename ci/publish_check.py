@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core import catalog as catalog_module
 from ..core.errors import BuildError
-from . import draft, matrix, tags
+from . import draft, matrix
 from ._gh import Unreadable, gh_json
 
 ENVIRONMENT = "github-pages"
@@ -102,10 +102,10 @@ def problems(tag: str) -> tuple[list[str], list[str]]:
     return found, unread
 
 
-def cold_lines(catalog: catalog_module.Catalog, tag: str, keys: Sequence[str]) -> list[str]:
-    """The lines ``tag`` releases with no compiler-cache entry on the default branch
+def cold_lines(versions: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """Of the lines ``versions``, those with no compiler-cache entry on the default branch
     (``keys``: that branch's entries), whose warm-up therefore starts cold."""
-    return [version for version in tags.versions_for_tag(catalog, tag).versions
+    return [version for version in versions
             if not any(key.startswith(f"ccache-{version}-") for key in keys)]
 
 
@@ -131,11 +131,12 @@ def _default_branch_cache_keys() -> list[str]:
     return [str(entry.get("key", "")) for entry in found.get("actions_caches", [])]
 
 
-def _warn_cold(tag: str) -> None:
+def _warn_cold(lines: str) -> None:
     """Warn, never fail: a cold line only takes longer."""
     try:
         catalog = catalog_module.load()
-        cold = cold_lines(catalog, tag, _default_branch_cache_keys())
+        versions = [line.version for line in matrix.select_lines(catalog, lines=lines or "all")]
+        cold = cold_lines(versions, _default_branch_cache_keys())
     except BuildError as exc:
         print(f"::warning title=Not checked::the default branch's compiler caches could not "
               f"be listed ({exc}).")
@@ -147,8 +148,16 @@ def _warn_cold(tag: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.publish_check",
                                      description="Check that a tag's run can publish.")
-    parser.add_argument("--tag", required=True)
+    parser.add_argument("--tag")
+    parser.add_argument("--cold", metavar="LINES",
+                        help="instead: warn for each of these lines (comma-separated, or 'all') "
+                        "that has no compiler-cache entry on the default branch")
     args = parser.parse_args(argv)
+    if args.cold is not None:
+        _warn_cold(args.cold)
+        return 0
+    if not args.tag:
+        parser.error("give --tag, or --cold LINES")
     try:
         found, unread = problems(args.tag)
     except BuildError as exc:
@@ -158,7 +167,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"::warning title=Not checked::{note}")
     for problem in found:
         print(f"::error title=Cannot publish {args.tag}::{problem}")
-    _warn_cold(args.tag)
     if not found:
         print(f"{args.tag}: Pages, the {ENVIRONMENT} environment and the release are ready")
     return 1 if found else 0

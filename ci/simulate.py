@@ -1253,6 +1253,7 @@ COMMANDS: tuple[tuple[str, CommandModel], ...] = (
     ("ci.warmup pick", _cmd_pick),
     ("ci.warmup", _cmd_state),
     ("intelmac_torch_builder matrix", _cmd_matrix),
+    ("ci.publish_check --cold", _cmd_noop),  # it only warns
     ("ci.publish_check", _cmd_publish_check),
     ("ci.draft assets", _cmd_draft_assets),
     ("ci.draft add", _cmd_draft_add),

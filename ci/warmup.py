@@ -138,8 +138,7 @@ def unfinished_message(state: State) -> str:
             f"{state.box_minutes:g} minutes each. Press 'Re-run failed jobs': warm-up job "
             f"{state.stage} continues from this run's compiler cache (artifact, kept 30 days). "
             "After 30 days, run the workflow on the tag (Use workflow from → Tags): its "
-            "warm-up starts again from the default branch's saved cache (GitHub evicts an "
-            "entry unused for 7 days; the schedule keeps the default branch's in use). If it "
+            "warm-up compiles again from nothing (a tag restores no saved cache). If it "
             "happens again, raise WARMUP_JOBS in ci/budget.py and add a warm-up job "
             "(docs/releasing.md, 'Time').")
 

@@ -371,3 +371,23 @@ def test_a_tag_saves_no_cache_entry_that_could_evict_the_default_branchs(
     assert simulate.end_state(sim) == "published", sim.runs[-1].errors()
     assert [e.key for e in sim.world.caches if e.ref == simulate.DEFAULT_REF] == refreshed
     assert not [e.key for e in sim.world.caches if e.ref != simulate.DEFAULT_REF]
+
+
+def _tag_after_refresh(catalog: catalog_module.Catalog, workflow: Path) -> simulate.Simulator:
+    sim = simulate.Simulator(workflow, catalog, catalog.default_version, simulate.Faults())
+    sim.schedule()
+    sim.world.advance(24)
+    sim.push(1)
+    return sim
+
+
+def test_a_tag_restores_no_cache_entry_any_default_branch_job_could_write(
+        catalog: catalog_module.Catalog) -> None:
+    """N4 of issue 40: any job on the default branch can write its cache entries (ci.yml's
+    test job runs unpinned test dependencies there), and a tag's wheels are attested: a tag
+    builds only from what its own run compiled (seen failing on issue 40's main: the tag's
+    first warm-up job restored the refreshed entry)."""
+    sim = _tag_after_refresh(catalog, RELEASE)
+    (entry,) = [e for e in sim.world.caches if e.ref == simulate.DEFAULT_REF]
+    assert entry.used < sim.runs[-1].started, "the tag's run restored the default branch's cache"
+    assert simulate.end_state(sim) == "published", sim.runs[-1].errors()
