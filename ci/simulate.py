@@ -68,7 +68,7 @@ from unittest import mock
 from ..core import catalog as catalog_module
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
-from . import budget, draft, expressions, plan, release_status, tested, warmup, wheel_names
+from . import budget, companion_tags, draft, expressions, plan, release_status, tested, warmup, wheel_names
 from .expressions import Unknown
 
 RELEASES_DOC = REPO_ROOT / "docs" / "releasing.md"
@@ -175,6 +175,8 @@ class Faults:
     index_errors: int = 0  # attempts in which one SHA256SUMS download fails
     # A package the test job installs (unpinned) swaps the wheels beside it for other bytes.
     test_swaps: bool = False
+    # The Python-ABI tag torchvision's build gives its wheel, where it is not the catalog's.
+    vision_tag: str | None = None
     # Attempts in which warm-up job 1's compile fails (exit != 0: a full disk, a download).
     warmup_fails: int = 0
 
@@ -990,7 +992,8 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
                                minutes=budget.job_minutes("vision"))
         sim.world.built.add(digest + "v")
         return StepOutcome(True, minutes=budget.job_minutes("vision"),
-                           outputs=_add_vision(files, catalog, line, cp, platform, digest))
+                           outputs=_add_vision(files, catalog, line, cp, platform, digest,
+                                               sim.faults.vision_tag))
     warm = _progress(files) >= sim.faults.compile_boxes
     minutes = budget.job_minutes("wheel", line) if warm else (
         budget.bulk_compile_minutes(line) * budget.figure("peer_overrun"))
@@ -1010,16 +1013,17 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
             return StepOutcome(False, error=f"{leg.name}: torchvision's build failed",
                                minutes=minutes)
         sim.world.built.add(digest + "vv")
-        _add_vision(files, catalog, line, cp, platform, digest + "v")
+        _add_vision(files, catalog, line, cp, platform, digest + "v", sim.faults.vision_tag)
     return StepOutcome(True, minutes=minutes)
 
 
 def _add_vision(files: dict[str, Any], catalog: Catalog, line: catalog_module.ReleaseLine,
-                cp: str, platform: str, digest: str) -> dict[str, Any]:
-    """torchvision's wheel, tagged as the official wheels of its release are (catalog)."""
+                cp: str, platform: str, digest: str, tag: str | None = None) -> dict[str, Any]:
+    """torchvision's wheel, tagged as the official wheels of its release are (catalog), or
+    as a fault says its build tags it."""
     companion = line.companion
     assert companion is not None
-    tag = f"{cp}-{cp}" if companion.per_python else "py3-none"
+    tag = tag or (f"{cp}-{cp}" if companion.per_python else "py3-none")
     name = _wheel_name(companion.name, catalog.wheel_version(companion), tag, platform)
     files[f"wheels/{name}"] = digest + "v"
     return {}
@@ -1160,6 +1164,14 @@ def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping
     return StepOutcome(True)
 
 
+def _cmd_companion_tags(sim: Simulator, run: Run, leg: Leg, script: str,
+                        env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+    """ci/companion_tags.py built: the built wheels' tags against the catalog (for real)."""
+    code, printed, outputs = _entry_point(companion_tags.main,
+                                          _argv_after(script, "ci.companion_tags"), env, files)
+    return StepOutcome(code == 0, outputs, _said(leg, printed), status=code)
+
+
 def _cmd_release_status(sim: Simulator, run: Run, leg: Leg, script: str,
                         env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
     """ci/release_status.py with the step's own arguments (``--publish``, and
@@ -1254,6 +1266,7 @@ COMMANDS: tuple[tuple[str, CommandModel], ...] = (
     ("ci.warmup", _cmd_state),
     ("intelmac_torch_builder matrix", _cmd_matrix),
     ("ci.publish_check --cold", _cmd_noop),  # it only warns
+    ("ci.companion_tags built", _cmd_companion_tags),
     ("ci.publish_check", _cmd_publish_check),
     ("ci.draft assets", _cmd_draft_assets),
     ("ci.draft add", _cmd_draft_add),
@@ -1380,10 +1393,10 @@ def _entry_point(main: Callable[[Sequence[str]], int], argv: Sequence[str],
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         for key, value in files.items():
-            if key.startswith("/") or not isinstance(value, (dict, list)):
+            if key.startswith("/") or not isinstance(value, (dict, list, str)):
                 continue
             (root / key).parent.mkdir(parents=True, exist_ok=True)
-            (root / key).write_text(json.dumps(value))
+            (root / key).write_text(value if isinstance(value, str) else json.dumps(value))
         output = root / "github_output"
         output.touch()
         variables = {**env, "GITHUB_OUTPUT": str(output)}

@@ -391,3 +391,22 @@ def test_a_tag_restores_no_cache_entry_any_default_branch_job_could_write(
     (entry,) = [e for e in sim.world.caches if e.ref == simulate.DEFAULT_REF]
     assert entry.used < sim.runs[-1].started, "the tag's run restored the default branch's cache"
     assert simulate.end_state(sim) == "published", sim.runs[-1].errors()
+
+
+MISTAGGED_VISION = simulate.Scenario(
+    "vision-mistagged", "torchvision's build tags its wheel py3-none on a per-Python line",
+    (simulate.PUSH,), lambda catalog, version: simulate.Faults(vision_tag="py3-none"))
+
+
+def test_a_torchvision_wheel_tagged_otherwise_than_the_matrix_assumes_stops_its_job(
+        catalog: catalog_module.Catalog) -> None:
+    """N8 of issue 40: the matrix builds torchvision per Python on the catalog's word; a
+    py3-none wheel from each job (five files of one name, each built against another
+    Python's torch) now stops the vision job, naming the tag and the catalog (seen on issue
+    40's main: the release was published with one of them standing in for every Python)."""
+    assert catalog.line(catalog.default_version).companion.per_python
+    outcome = simulate.simulate(MISTAGGED_VISION, RELEASE, catalog, catalog.default_version)
+    said = "\n".join(outcome.trace)
+    assert outcome.state == "failed, says why", said
+    assert "is tagged py3-none, but the catalog's companion.wheel_tags" in said
+    assert "the bytes tested are not the bytes" not in said
