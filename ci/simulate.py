@@ -50,13 +50,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
-import os
-import subprocess
 import fnmatch
+import io
 import json
+import os
 import re
 import shlex
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -68,7 +68,17 @@ from unittest import mock
 from ..core import catalog as catalog_module
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
-from . import budget, companion_tags, draft, expressions, plan, release_status, tested, warmup, wheel_names
+from . import (
+    budget,
+    companion_tags,
+    draft,
+    expressions,
+    plan,
+    release_status,
+    tested,
+    warmup,
+    wheel_names,
+)
 from .expressions import Unknown
 
 RELEASES_DOC = REPO_ROOT / "docs" / "releasing.md"
@@ -699,7 +709,8 @@ def _command_lists(script: str) -> list[list[tuple[str, list[str]]]] | None:
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
         lexer.whitespace_split = True
         current: list[tuple[str, list[str]]] = []
-        operator, words = "", []
+        operator = ""
+        words: list[str] = []
         for token in lexer:
             if token in ("&&", "||", ";"):
                 current.append((operator, words))

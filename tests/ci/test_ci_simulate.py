@@ -16,10 +16,9 @@ import types
 from pathlib import Path
 
 import pytest
-from ci_support import REPO, RELEASE, edit_catalog, pin_everything, pinned_catalog
-from intelmac_torch_builder.core import catalog as catalog_module
-
+from ci_support import RELEASE, REPO, edit_catalog, pin_everything, pinned_catalog
 from intelmac_torch_builder.ci import simulate
+from intelmac_torch_builder.core import catalog as catalog_module
 
 BEFORE = "65b162324037facd2488864be97e93b27f98e1f7"
 #: The scenarios issue 33's table named (later ones cover later fixes).
@@ -109,9 +108,9 @@ PLANTS = [
      "-${{ github.run_id }}-${{ github.run_attempt }}-${{ github.job }}\n", "\n"),
     # keys: restore keys that match nothing: every refresh compiles cold (runner hours).
     ("keys", "schedule-refresh",
-     "            ccache-${{ matrix.version }}-${{ steps.toolchain.outputs.key }}-${{ matrix.fingerprint_short }}-\n"
-     "            ccache-${{ matrix.version }}-${{ steps.toolchain.outputs.key }}-\n"
-     "            ccache-${{ matrix.version }}-\n      - name: Compile",
+     ("            ccache-${{ matrix.version }}-${{ steps.toolchain.outputs.key }}-${{ matrix.fingerprint_short }}-\n"
+      "            ccache-${{ matrix.version }}-${{ steps.toolchain.outputs.key }}-\n"
+      "            ccache-${{ matrix.version }}-\n      - name: Compile"),
      "            ccache-${{ matrix.python }}-\n      - name: Compile"),
     # guards: the refresh asking the schedule's payload for the default branch saves nothing.
     ("guards", "schedule-refresh",
