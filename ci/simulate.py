@@ -1175,6 +1175,22 @@ def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping
     return StepOutcome(True)
 
 
+def _cmd_pip(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+             files: dict[str, Any]) -> StepOutcome:
+    """pip install in a job that builds, signs or publishes: every package pinned by hash
+    (`--require-hashes` on a requirements file), or the project alone (`--no-deps -e .`);
+    anything else could fetch a package no one pinned (docs/releasing.md, 'Pinned with
+    hashes'). What pip then installs is not modelled."""
+    words = shlex.split(script)
+    hashed = "--require-hashes" in words and "-r" in words
+    project_only = "--no-deps" in words and words[-2:] == ["-e", "."]
+    if hashed or project_only:
+        return _cmd_noop(sim, run, leg, script, env, files)
+    return StepOutcome(False, error=f"{leg.name}: '{script}' may install packages not pinned by "
+                       "hash in a job that builds, signs or publishes (docs/releasing.md, "
+                       "'Pinned with hashes')")
+
+
 def _cmd_companion_tags(sim: Simulator, run: Run, leg: Leg, script: str,
                         env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
     """ci/companion_tags.py built: the built wheels' tags against the catalog (for real)."""
@@ -1298,7 +1314,7 @@ COMMANDS: tuple[tuple[str, CommandModel], ...] = (
     ("::error title=Unfinished::", _cmd_say),
     ("::warning title=Unpinned", _cmd_noop),
     ("::notice title=regress-gpu", _cmd_noop),
-    ("pip install", _cmd_noop),
+    ("pip install", _cmd_pip),
     ("xcode-select", _cmd_noop),
     ("simctl", _cmd_noop),
     ("native fetch", _cmd_noop),

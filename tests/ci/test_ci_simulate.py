@@ -98,6 +98,10 @@ PLANTS = [
     # hashes: attest signs whatever the test jobs left, not the bytes a build job made.
     ("hashes", "test-dependency-swaps-wheels",
      "run: python3 ci/tested.py select --verdicts verdicts dist", "run: echo kept every wheel"),
+    # hashes: the orchestrator's own dependencies installed without their pinned hashes.
+    ("hashes", "first-tag-green",
+     "pip install --quiet --require-hashes --only-binary=:all: --no-deps -r patches/toolchain/orchestrator.txt",
+     "pip install --quiet -e ."),
     # retention: the warm-up cache artifact kept one day, as before: a re-run two days later
     # starts cold.
     ("retention", "rerun-after-2-days", "          compression-level: 0\n          retention-days: 30",
