@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import functools
 import io
 import json
 import os
@@ -312,6 +313,12 @@ class Code:
     error: type[Exception] = BuildError  # what that code raises for bad input
 
 
+@functools.lru_cache(maxsize=8)
+def _load_workflow(path: str, mtime_ns: int) -> dict[str, Any]:
+    """release.yml, parsed once per version of the file (the simulator only reads it)."""
+    return plan.load_workflow(Path(path))
+
+
 def _with_success(condition: Any) -> str:
     """An ``if:`` as GitHub evaluates it: without a status function it means
     ``success() && (...)`` (GitHub docs, 'Expressions', status check functions)."""
@@ -333,7 +340,7 @@ class Simulator:
             raise SimulationError(f"no schedule {schedule!r}: {', '.join(SCHEDULES)}")
         self.order_kind = schedule
         self.code = code
-        self.workflow = plan.load_workflow(workflow_path)
+        self.workflow = _load_workflow(str(workflow_path), workflow_path.stat().st_mtime_ns)
         self.jobs: Mapping[str, Any] = self.workflow["jobs"]
         self.order = plan.ordered(self.jobs)
         self.catalog = catalog
@@ -367,7 +374,7 @@ class Simulator:
         run = self.runs[-1]
         code, printed, _ = _entry_point(
             release_status.main, ["--tag", run.tag or "", "--publish", "--publish-subset"],
-            {}, {}, _Gh(self, run, None))
+            {}, {}, _Gh(self, run, None), self.catalog)
         return "published the subset" if code == 0 else f"refused ({printed.strip()[:80]})"
 
     def dispatch_on_tag(self, tag: str) -> Run:
@@ -1195,7 +1202,8 @@ def _cmd_companion_tags(sim: Simulator, run: Run, leg: Leg, script: str,
                         env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
     """ci/companion_tags.py built: the built wheels' tags against the catalog (for real)."""
     code, printed, outputs = _entry_point(companion_tags.main,
-                                          _argv_after(script, "ci.companion_tags"), env, files)
+                                          _argv_after(script, "ci.companion_tags"), env, files,
+                                          catalog=sim.catalog)
     return StepOutcome(code == 0, outputs, _said(leg, printed), status=code)
 
 
@@ -1205,7 +1213,7 @@ def _cmd_release_status(sim: Simulator, run: Run, leg: Leg, script: str,
     ``--publish-subset`` if a workflow gives it), against the world's release."""
     argv = _argv_after(script, "ci.release_status")
     code, printed, outputs = _entry_point(release_status.main, argv, env, files,
-                                          _Gh(sim, run, env["GITHUB_JOB"]))
+                                          _Gh(sim, run, env["GITHUB_JOB"]), sim.catalog)
     return StepOutcome(code == 0, outputs, _said(leg, printed), status=code)
 
 
@@ -1403,12 +1411,17 @@ def _lacks(sim: Simulator, job_id: str, text: str) -> str:
 
 def _entry_point(main: Callable[[Sequence[str]], int], argv: Sequence[str],
                  env: Mapping[str, str], files: dict[str, Any],
-                 gh: Callable[[Sequence[str]], tuple[int, str, str]] | None = None
-                 ) -> tuple[int, str, dict[str, str]]:
+                 gh: Callable[[Sequence[str]], tuple[int, str, str]] | None = None,
+                 catalog: Catalog | None = None) -> tuple[int, str, dict[str, str]]:
     """Run one of our entry points with its real arguments, in a folder holding the job's
     files, its env, and ``gh`` answered by the world: (exit status, what it printed, the
-    outputs it wrote to $GITHUB_OUTPUT). Changed JSON files are read back."""
+    outputs it wrote to $GITHUB_OUTPUT). Changed JSON files are read back. The repository's
+    catalog, which the entry points load, is the simulation's (``catalog``)."""
     real_run = subprocess.run
+    real_load = catalog_module.load
+
+    def load(path: Path | None = None) -> Catalog:
+        return catalog if catalog is not None and path is None else real_load(path)
 
     def fake_run(command: Any, *args: Any, **kwargs: Any) -> Any:
         if gh is None or not isinstance(command, list) or command[:1] != ["gh"]:
@@ -1432,6 +1445,7 @@ def _entry_point(main: Callable[[Sequence[str]], int], argv: Sequence[str],
             os.chdir(root)
             with mock.patch.dict(os.environ, variables), \
                     mock.patch.object(subprocess, "run", fake_run), \
+                    mock.patch.object(catalog_module, "load", load), \
                     contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
                 try:
                     code = int(main(list(argv)) or 0)
