@@ -115,14 +115,50 @@ def load(name: str, cache: Path | None = None) -> dict[str, Any] | None:
     return document
 
 
+def built_problems(catalog: Catalog, version: str, names: Sequence[str]) -> list[str]:
+    """Each built wheel of the line's companion whose Python-ABI tag is not one the catalog
+    records (``companion.wheel_tags``): the release matrix builds and tests it per Python or
+    once (py3-none) on that record's word, so a wheel tagged otherwise breaks the jobs after."""
+    companion = catalog.line(version).companion
+    if companion is None:
+        return []
+    found = []
+    for name in names:
+        match = WHEEL.match(Path(name).name)
+        if not match or match["name"].lower() != companion.name.lower():
+            continue
+        tag = f"{match['python']}-{match['abi']}"
+        if tag not in companion.wheel_tags:
+            found.append(f"{Path(name).name} is tagged {tag}, but the catalog's "
+                         f"companion.wheel_tags for {companion.title} are "
+                         f"{', '.join(companion.wheel_tags)}, which the release matrix builds "
+                         "and tests by. Fix the build or the catalog (tests/ci/"
+                         "test_ci_companion_tags.py holds the catalog to the official wheels).")
+    if not found and not any((m := WHEEL.match(Path(n).name)) and m["name"].lower() ==
+                             companion.name.lower() for n in names):
+        found.append(f"no {companion.name} wheel among {', '.join(names) or 'no files'}")
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.companion_tags",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("fetch", "check"))
+    parser.add_argument("command", choices=("fetch", "check", "built"),
+                        help="built: the companion wheels in --dir carry the catalog's tags")
     parser.add_argument("--catalog", type=Path, default=None)
     parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--version", help="built: the torch line")
+    parser.add_argument("--dir", type=Path, help="built: the folder of wheels")
     args = parser.parse_args(argv)
     catalog = catalog_module.load(args.catalog)
+    if args.command == "built":
+        if not args.version or args.dir is None:
+            parser.error("built needs --version and --dir")
+        problems = built_problems(catalog, args.version,
+                                  sorted(path.name for path in args.dir.glob("*.whl")))
+        for problem in problems:
+            print(f"::error title=Companion wheel tag::{problem}")
+        return 1 if problems else 0
     names = sorted({companion.name for companion in catalog.companions()})
     try:
         if args.command == "fetch":

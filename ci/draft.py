@@ -33,6 +33,7 @@ import argparse
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -190,7 +191,7 @@ def _cmd_add(repo: str, tag: str, folder: Path) -> int:
     # SHA256SUMS only grows (merge_sums): its lines stay, those of the added wheels follow.
     gh("release", "upload", tag, str(sums), "--clobber")
     check = read_release(repo, tag)
-    wrong = [name for name in plan.upload if check.digests.get(name) != local[name]]
+    wrong = [name for name in plan.upload if _arrived(repo, check, name) != local[name]]
     if wrong:
         # A re-run never replaces a file the release holds: the bad copy goes first.
         deletes = "; ".join(f"gh release delete-asset {tag} {name} --yes" for name in wrong)
@@ -198,6 +199,22 @@ def _cmd_add(repo: str, tag: str, folder: Path) -> int:
                          f"uploaded. Delete them ({deletes}), then press 'Re-run failed jobs'.")
     print(f"{tag}: added {len(plan.upload)} wheels; the release holds {len(digests)}")
     return 0
+
+
+def _arrived(repo: str, release: Release, name: str) -> str:
+    """The sha256 of the asset ``name`` as the release holds it: GitHub's digest, or, where
+    GitHub has not computed it yet (it may report none right after an upload), the sha256
+    of the bytes read back."""
+    if release.digests.get(name) or name not in release.ids:
+        return release.digests.get(name, "")
+    result = subprocess.run(["gh", "api", "-H", "Accept: application/octet-stream",
+                             f"repos/{repo}/releases/assets/{release.ids[name]}"],
+                            capture_output=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"GitHub reports no sha256 for {name} yet, and reading it back failed: "
+                         f"{result.stderr.decode(errors='replace').strip()}. Press 'Re-run "
+                         "failed jobs': nothing the release holds is replaced.")
+    return hashlib.sha256(result.stdout).hexdigest()
 
 
 def _existing_sums(repo: str, release: Release) -> str:

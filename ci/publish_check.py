@@ -29,7 +29,7 @@ from typing import Any
 
 from ..core import catalog as catalog_module
 from ..core.errors import BuildError
-from . import draft
+from . import draft, matrix
 from ._gh import Unreadable, gh_json
 
 ENVIRONMENT = "github-pages"
@@ -102,11 +102,62 @@ def problems(tag: str) -> tuple[list[str], list[str]]:
     return found, unread
 
 
+def cold_lines(versions: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """Of the lines ``versions``, those with no compiler-cache entry on the default branch
+    (``keys``: that branch's entries), whose warm-up therefore starts cold."""
+    return [version for version in versions
+            if not any(key.startswith(f"ccache-{version}-") for key in keys)]
+
+
+def cold_message(catalog: catalog_module.Catalog, version: str) -> str:
+    """Why a line has no entry, and what that costs."""
+    refreshed = [line.version for line in matrix.refresh_lines(catalog)]
+    why = (f"the scheduled refresh keeps {', '.join(refreshed)} warm, and has not saved one: "
+           "GitHub disables a scheduled workflow after 60 days without repository activity "
+           "(Actions → release → Enable workflow), and evicts an entry unused for 7 days"
+           if version in refreshed else
+           f"the repository's 10 GB of cache holds only the refreshed lines "
+           f"({', '.join(refreshed)})")
+    return (f"No compiler cache for {version} on the default branch ({why}). The warm-up "
+            "starts cold: more warm-up jobs, and maybe a press of 'Re-run failed jobs' "
+            "(docs/releasing.md, 'Compiler cache').")
+
+
+def _default_branch_cache_keys() -> list[str]:
+    """The keys of the default branch's actions-cache entries (needs actions: read)."""
+    branch = (gh_json("api", "repos/{owner}/{repo}") or {}).get("default_branch") or "main"
+    found = gh_json("api", "repos/{owner}/{repo}/actions/caches?ref=refs/heads/"
+                    f"{branch}&per_page=100") or {}
+    return [str(entry.get("key", "")) for entry in found.get("actions_caches", [])]
+
+
+def _warn_cold(lines: str) -> None:
+    """Warn, never fail: a cold line only takes longer."""
+    try:
+        catalog = catalog_module.load()
+        versions = [line.version for line in matrix.select_lines(catalog, lines=lines or "all")]
+        cold = cold_lines(versions, _default_branch_cache_keys())
+    except BuildError as exc:
+        print(f"::warning title=Not checked::the default branch's compiler caches could not "
+              f"be listed ({exc}).")
+        return
+    for version in cold:
+        print(f"::warning title=Cold compiler cache::{cold_message(catalog, version)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.publish_check",
                                      description="Check that a tag's run can publish.")
-    parser.add_argument("--tag", required=True)
+    parser.add_argument("--tag")
+    parser.add_argument("--cold", metavar="LINES",
+                        help="instead: warn for each of these lines (comma-separated, or 'all') "
+                        "that has no compiler-cache entry on the default branch")
     args = parser.parse_args(argv)
+    if args.cold is not None:
+        _warn_cold(args.cold)
+        return 0
+    if not args.tag:
+        parser.error("give --tag, or --cold LINES")
     try:
         found, unread = problems(args.tag)
     except BuildError as exc:

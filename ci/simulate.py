@@ -5,20 +5,29 @@ The job graph is the one ``ci-plan`` derives from ``release.yml`` (its ``on:``, 
 module plays GitHub's part with its documented semantics, and each scenario's maintainer
 presses the button the run's error messages name:
 
+* **order** (*Using jobs in a workflow*): jobs run in parallel unless ``needs`` orders
+  them; each scenario runs with every job starting as soon as its needs end, and with the
+  jobs one at a time in the file's order; an artifact is seen once its upload step ran;
 * **needs and if** (GitHub docs, *Using jobs* / *Expressions*): a job without an ``if``
   runs when every job before it in its chain succeeded; ``!cancelled()``, ``always()``,
   ``failure()`` lift that; a step's ``if`` defaults to the steps before it succeeding;
   ``continue-on-error`` turns a failing step's conclusion into success;
 * **re-runs** (*Re-running workflows and jobs*): "Re-run failed jobs" runs the failed
-  matrix legs and every job that depends on them again, in the same run (same id, same ref
-  and commit), up to 30 days after the first attempt; jobs left out keep their results and
-  outputs; the run's artifacts stay;
+  jobs (a matrix leg is a job) and every leg of every job that depends on them again, in
+  the same run (same id, same ref and commit), up to 30 days after the first attempt; jobs
+  left out keep their results and outputs; the run's artifacts stay;
+* **permissions** (*Controlling permissions for GITHUB_TOKEN*, the actions' READMEs): a
+  job's ``permissions:`` set the scopes they leave out to none; each step's needs
+  (``NEEDS``) are checked against its job's;
+* **the shell** (*Workflow syntax*, ``steps[*].shell``): ``bash -e {0}``: command lists,
+  ``&&``, ``||``, ``set -e``/``+e``, ``exit``, ``return`` decide a step's exit status;
 * **artifacts** (actions/upload-artifact): named per run, ``overwrite: true`` replaces one,
   gone after ``retention-days`` (default 90);
 * **caches** (*Dependency caching*): a run restores its own ref's entries, then the default
   branch's, exact key first, then the newest entry matching a restore key; an entry unused
   for 7 days is removed, and beyond 10 GB the least recently used go first;
-* **concurrency**: runs of one group queue (``cancel-in-progress: false``); the scenarios
+* **concurrency** (*Control the concurrency of workflows and jobs*): a group holds one
+  running and one pending run, a newer one cancelling the pending; the scenarios
   run one after another, so none is cancelled, and a group that would cancel is an error;
 * **timeouts**: a step past its ``timeout-minutes`` fails; a job past its own is cut off;
 * **working-directory**: a step whose folder does not exist fails (download-artifact makes
@@ -26,10 +35,12 @@ presses the button the run's error messages name:
 * **draft releases** (REST API, *List releases*): listed only to a token with push access,
   so a job without ``contents: write`` sees no draft of its tag.
 
-What the workflow's own commands do is modelled here step by step (``_run_step``). The
-decisions of our own code are the real functions: ``ci.warmup`` (next, ready, pick),
-``ci.draft`` (what a draft lacks, what ``add`` uploads, when ``publish`` publishes), the
-matrix generator. A step without a model is an error, so a new step cannot slip past.
+Our own entry points run for real with the step's arguments where they decide the
+release: ``ci.warmup run`` (its compile modelled), ``ci.release_status`` (``gh`` answered by
+the world, ``_Gh``), the matrix step; ``ci.warmup`` next/ready/pick, ``ci.tested``,
+``ci.wheel_names`` and ``ci.draft``'s decisions are their real functions. The other
+commands (the compile, ``make build``, the tests, the index) are modelled step by step
+(``COMMANDS``). A command without a model is an error, so a new step cannot slip past.
 
 The scenarios' expected end states are the table in docs/releasing.md ("When a release
 fails"); the run exits 0 only if every scenario ends as that table says.
@@ -38,20 +49,37 @@ fails"); the run exits 0 only if every scenario ends as that table says.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
+import functools
+import io
 import json
+import os
 import re
+import shlex
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from ..core import catalog as catalog_module
 from ..core.catalog import REPO_ROOT, Catalog
 from ..core.errors import BuildError
-from . import budget, draft, expressions, plan, release_status, tested, warmup, wheel_names
+from . import (
+    budget,
+    companion_tags,
+    draft,
+    expressions,
+    plan,
+    release_status,
+    tested,
+    warmup,
+    wheel_names,
+)
 from .expressions import Unknown
 
 RELEASES_DOC = REPO_ROOT / "docs" / "releasing.md"
@@ -64,6 +92,8 @@ RERUN = "Re-run failed jobs"
 #: How an error names that button (the older messages said "re-run the failed jobs").
 RERUN_NAMED = re.compile(r"re-run (the )?failed jobs", re.IGNORECASE)
 DISPATCH_ON_TAG = "Use workflow from"
+#: The orders a run's jobs may take (each respects ``needs`` and nothing else).
+SCHEDULES = ("earliest", "serial")
 
 
 class SimulationError(BuildError):
@@ -82,7 +112,9 @@ class Artifact:
     payload: dict[str, Any]
 
     def alive(self, now: float) -> bool:
-        return now < self.hour + self.retention_days * 24
+        """Uploaded by ``now`` (a job running beside the uploader sees it only once its
+        step ran) and not yet past its retention."""
+        return self.hour <= now < self.hour + self.retention_days * 24
 
 
 @dataclass
@@ -147,10 +179,15 @@ class Faults:
     python_fails: dict[str, int] = field(default_factory=dict)  # Python -> attempts it fails
     vision_fails: int = 0  # attempts in which torchvision's build fails
     lost: tuple[str, int] | None = None  # (job id, attempt) whose runner is lost mid-job
+    # (job id, attempt) whose compiler-cache hand-over upload fails (after `overwrite`
+    # deleted the artifact it replaces: upload-artifact deletes first, then uploads)
+    handover_fails: tuple[str, int] | None = None
     # Attempts count across the scenario's runs: 1 fails the first attempt only, 99 all.
     index_errors: int = 0  # attempts in which one SHA256SUMS download fails
     # A package the test job installs (unpinned) swaps the wheels beside it for other bytes.
     test_swaps: bool = False
+    # The Python-ABI tag torchvision's build gives its wheel, where it is not the catalog's.
+    vision_tag: str | None = None
     # Attempts in which warm-up job 1's compile fails (exit != 0: a full disk, a download).
     warmup_fails: int = 0
 
@@ -204,6 +241,12 @@ SCENARIOS: tuple[Scenario, ...] = (
              lambda c, v: Faults(python_fails={_newest(c, v): 2})),
     Scenario("schedule-refresh", "the scheduled refresh of the compiler cache",
              (Action("schedule"), Action("wait", 84), Action("schedule"))),
+    Scenario("test-dependency-swaps-wheels", "a package a test job installs (unpinned) swaps "
+             "the wheels beside it", (PUSH,), lambda c, v: Faults(test_swaps=True)),
+    Scenario("handover-upload-fails", "the last warm-up job finishes, and its compiler-cache "
+             "hand-over upload fails; then the button", (PUSH, PRESS),
+             lambda c, v: Faults(compile_boxes=budget.WARMUP_JOBS - 0.5,
+                                 handover_fails=(f"warmup-{budget.WARMUP_JOBS}", 1))),
     Scenario("subset-published-then-completed", "the newest Python fails once; the subset is "
              "published by hand; then the button", (PUSH, Action("publish-subset"), PRESS),
              lambda c, v: Faults(python_fails={_newest(c, v): 1})),
@@ -220,6 +263,14 @@ class Leg:
     outputs: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     matrix: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0  # the attempt that ran it (a kept leg keeps an earlier one)
+    job_id: str = ""
+    start: float = 0.0  # hours on the world's clock
+    minutes: float = 0.0  # the runner's minutes
+
+    @property
+    def end(self) -> float:
+        return self.start + self.minutes / 60
 
 
 @dataclass
@@ -239,6 +290,7 @@ class Run:
     started: float
     attempt: int = 0
     jobs: dict[str, JobResult] = field(default_factory=dict)
+    minutes: float = 0.0  # runner minutes over every attempt
 
     @property
     def ref(self) -> str:
@@ -259,6 +311,15 @@ class Code:
     warmup: Any = warmup
     matrix_step: MatrixStep = plan.run_matrix_step
     error: type[Exception] = BuildError  # what that code raises for bad input
+    # Whether pip installs must be pinned by hash: an older commit, from before the pins,
+    # is compared on its graph, not on them.
+    hash_pins: bool = True
+
+
+@functools.lru_cache(maxsize=8)
+def _load_workflow(path: str, mtime_ns: int) -> dict[str, Any]:
+    """release.yml, parsed once per version of the file (the simulator only reads it)."""
+    return plan.load_workflow(Path(path))
 
 
 def _with_success(condition: Any) -> str:
@@ -275,9 +336,14 @@ def _with_success(condition: Any) -> str:
 
 class Simulator:
     def __init__(self, workflow_path: Path, catalog: Catalog, version: str, faults: Faults,
-                 log: Callable[[str], None] | None = None, code: Code = Code()) -> None:
+                 log: Callable[[str], None] | None = None, code: Code = Code(),
+                 schedule: str = "earliest", variables: Mapping[str, str] | None = None) -> None:
+        self.variables = dict(variables or {})  # the repository's variables (vars.*)
+        if schedule not in SCHEDULES:
+            raise SimulationError(f"no schedule {schedule!r}: {', '.join(SCHEDULES)}")
+        self.order_kind = schedule
         self.code = code
-        self.workflow = plan.load_workflow(workflow_path)
+        self.workflow = _load_workflow(str(workflow_path), workflow_path.stat().st_mtime_ns)
         self.jobs: Mapping[str, Any] = self.workflow["jobs"]
         self.order = plan.ordered(self.jobs)
         self.catalog = catalog
@@ -286,6 +352,7 @@ class Simulator:
         self.world = World()
         self.runs: list[Run] = []
         self.attempts = 0  # every attempt of every run: the faults count these
+        self.failed_before: set[str] = set()  # the jobs that failed before this attempt
         self.log = log or (lambda text: None)
         self._check_concurrency()
 
@@ -306,12 +373,12 @@ class Simulator:
         return self._start("schedule", None)
 
     def publish_subset(self) -> str:
-        """release_status --publish --publish-subset: the draft goes out as it is."""
-        release = self.world.releases.get(self.runs[-1].tag or "")
-        if release is None or not release.draft or not release.assets:
-            return "nothing to publish"
-        release.draft = False
-        return "published the subset"
+        """The maintainer's `release_status --tag T --publish --publish-subset`, run for real."""
+        run = self.runs[-1]
+        code, printed, _ = _entry_point(
+            release_status.main, ["--tag", run.tag or "", "--publish", "--publish-subset"],
+            {}, {}, _Gh(self, run, None), self.catalog)
+        return "published the subset" if code == 0 else f"refused ({printed.strip()[:80]})"
 
     def dispatch_on_tag(self, tag: str) -> Run:
         return self._start("workflow_dispatch", tag)
@@ -319,7 +386,7 @@ class Simulator:
     def _start(self, event: str, tag: str | None) -> Run:
         _, _, contexts = plan.event_contexts(
             self.workflow, self.catalog, event=event, tag=tag, lines=None, pythons=None,
-            repository=plan.DEFAULT_REPOSITORY, variables={})
+            repository=plan.DEFAULT_REPOSITORY, variables=self.variables)
         run = Run(len(self.runs) + 1, event, tag, contexts, self.world.hour)
         self.runs.append(run)
         self._attempt(run, set(self.order))
@@ -347,19 +414,39 @@ class Simulator:
     # -- the jobs of one attempt --
 
     def _attempt(self, run: Run, chosen: set[str]) -> None:
+        """One attempt: each chosen job starts once every job it needs has ended, and no
+        other order is promised (GitHub docs, 'Using jobs in a workflow': jobs run in
+        parallel unless ``needs`` says otherwise). ``serial`` runs them one at a time in the
+        file's order; ``earliest`` starts each as early as its needs allow, so a job sees
+        only the artifacts its needs (and whatever happened to end before it) uploaded."""
         run.attempt += 1
         self.attempts += 1
         run.contexts["github"]["run_attempt"] = str(run.attempt)
         run.contexts["github"]["run_id"] = str(run.run_id)
-        hours = 0.0
-        for job_id in self.order:
-            if job_id not in chosen:
-                continue
+        start = self.world.hour
+        self.failed_before = {job_id for job_id, job in run.jobs.items()
+                              if job.result == "failure"}
+        ends = {job_id: start for job_id in self.order if job_id not in chosen}
+        pending = [job_id for job_id in self.order if job_id in chosen]
+        clock = start
+        while pending:
+            ready = [job_id for job_id in pending
+                     if all(need in ends for need in plan.needs_of(self.jobs[job_id]))]
+            if self.order_kind == "serial":
+                job_id, begins = ready[0], clock
+            else:
+                job_id, begins = min(((j, max([start] + [ends[n] for n in plan.needs_of(
+                    self.jobs[j])])) for j in ready), key=lambda pair: pair[1])
+            pending.remove(job_id)
+            self.world.hour = begins
             before = run.jobs.get(job_id)
-            result = self._job(run, job_id, before)
+            result = self._job(run, job_id, before, begins)
             run.jobs[job_id] = result
-            hours += 0.1
-        self.world.advance(hours + 6 * len([j for j in chosen if j.startswith("warmup")]))
+            ends[job_id] = max([begins] + [leg.end for leg in result.legs])
+            clock = ends[job_id]
+            run.minutes += sum(leg.minutes for leg in result.legs if leg.attempt == run.attempt)
+        self.world.hour = start
+        self.world.advance(max(ends.values(), default=start) - start)
         self.log(f"  run {run.run_id} attempt {run.attempt}: " + ", ".join(
             f"{job_id}={run.jobs[job_id].result}" for job_id in self.order if job_id in run.jobs))
         for error in run.errors():
@@ -371,7 +458,7 @@ class Simulator:
             found |= {need} | self._ancestors(need)
         return found
 
-    def _job(self, run: Run, job_id: str, before: JobResult | None) -> JobResult:
+    def _job(self, run: Run, job_id: str, before: JobResult | None, begins: float) -> JobResult:
         job = self.jobs[job_id]
         needs = plan.needs_of(job)
         contexts = {**run.contexts, "needs": {
@@ -398,9 +485,14 @@ class Simulator:
             leg = Leg(job_id, "failure", errors=[f"{job_id}: the matrix has no entries"])
             return JobResult("failure", [leg], {})
         legs = []
+        # "Re-run failed jobs" re-runs the failed jobs (a matrix's legs are jobs of their
+        # own) and every job that depends on them, all its legs (GitHub docs, 'Re-running
+        # workflows and jobs'): only a job with no failed job up its chain keeps legs.
+        dependent = bool(self._ancestors(job_id) & self.failed_before)
         for entry in entries:
-            kept = self._kept_leg(before, entry)
-            legs.append(kept if kept is not None else self._leg(run, job_id, job, entry, contexts))
+            kept = None if dependent else self._kept_leg(before, entry)
+            legs.append(kept if kept is not None else self._leg(run, job_id, job, entry, contexts,
+                                                                begins))
         result = "failure" if any(leg.result == "failure" for leg in legs) else "success"
         outputs = legs[-1].outputs if legs else {}
         return JobResult(result, legs, outputs)
@@ -414,10 +506,11 @@ class Simulator:
                      and leg.result == "success"), None)
 
     def _leg(self, run: Run, job_id: str, job: Mapping[str, Any], entry: Mapping[str, Any],
-             contexts: Mapping[str, Any]) -> Leg:
+             contexts: Mapping[str, Any], begins: float) -> Leg:
         name = expressions.to_string(expressions.interpolate(
             job.get("name", job_id), {**contexts, "matrix": entry}))
-        leg = Leg(name, "success", matrix=dict(entry))
+        leg = Leg(name, "success", matrix=dict(entry), attempt=run.attempt, start=begins,
+                  job_id=job_id)
         local: dict[str, Any] = {**contexts, "matrix": dict(entry), "steps": {},
                                  "github": {**contexts["github"], "job": job_id},
                                  "runner": {"temp": "/tmp/runner", "os": "macOS", "arch": "X64"}}
@@ -430,6 +523,7 @@ class Simulator:
         minutes = 0.0
         timeout = float(job.get("timeout-minutes", 360))
         for number, raw in enumerate(job.get("steps", []), start=1):
+            self.world.hour = begins + minutes / 60  # what this step sees, and stamps
             local[expressions.STATUS_KEY] = {"success": not failed, "failure": failed,
                                              "always": True, "cancelled": False}
             condition = _with_success(raw.get("if"))
@@ -446,6 +540,7 @@ class Simulator:
                 leg.result = "failure"
                 leg.errors.append(f"{name}: The runner lost communication with the server "
                                   "(the job stopped mid-step; nothing after it ran).")
+                leg.minutes = minutes + float(self.line_box())
                 return leg
             step_env = {**env, **{key: expressions.to_string(value) for key, value in
                                   expressions.interpolate(raw.get("env") or {}, local).items()}}
@@ -485,6 +580,7 @@ class Simulator:
                 failed = True
                 break
         leg.result = "failure" if failed else "success"
+        leg.minutes = minutes
         leg.outputs = {key: expressions.interpolate(value, local)
                        for key, value in (job.get("outputs") or {}).items()}
         return leg
@@ -499,18 +595,97 @@ class Simulator:
             model = ACTIONS.get(uses)
             if model is None:
                 raise SimulationError(f"no model of the action {uses}")
+            lacking = _lacks(self, job_id, uses)
+            if lacking:
+                return StepOutcome(False, error=f"{leg.name}: {uses} needs the job's token to "
+                                   f"have {lacking} (HTTP 403: Resource not accessible by "
+                                   "integration)")
             return model(self, run, leg, with_, files)
         assert script is not None
         # Comments say what a step does in words; only its commands choose its model.
         script = "\n".join(line for line in script.splitlines()
                            if not line.lstrip().startswith("#"))
+        shell = str(raw.get("shell") or "")
+        lists = _command_lists(script)
+        if lists is None:  # a compound script (if, for, while, case, $(...)): one model
+            return self._command(run, job_id, leg, raw, script, env, files)
+        # GitHub runs a step without `shell:` as `bash -e {0}`, and `shell: bash` as
+        # `bash --noprofile --norc -eo pipefail {0}` (docs, 'Workflow syntax', steps.shell):
+        # -e stops at the first command list that fails, unless the list's failure is
+        # tested (`a || b`, `a && b` but for its last command).
+        errexit = shell in ("", "bash")
+        total = StepOutcome(True, minutes=0.0)  # a step's minutes: its commands' (below)
+        status = 0
+        for commands in lists:
+            status = 0
+            for operator, words in commands:
+                if (operator == "&&" and status != 0) or (operator == "||" and status == 0):
+                    continue
+                status, stop = self._simple(run, job_id, leg, raw, words, env, files, total)
+                if stop is not None:
+                    errexit = errexit if stop != "set" else total.env.pop("-e", "1") == "1"
+                    if stop == "exit":
+                        return _ended(total, status)
+            if status != 0 and errexit:
+                return _ended(total, status)
+        return _ended(total, status)
+
+    def _simple(self, run: Run, job_id: str, leg: Leg, raw: Mapping[str, Any],
+                words: list[str], env: Mapping[str, str], files: dict[str, Any],
+                total: StepOutcome) -> tuple[int, str | None]:
+        """One simple command: bash's builtins here, our commands through their models.
+        Returns its exit status, and "exit" or "set" where it changes how the script goes."""
+        head = words[0] if words else ""
+        if head in ("true", ":"):
+            return 0, None
+        if head == "false":
+            return 1, None
+        if head == "echo":  # an ::error:: annotation is what the maintainer reads
+            text = " ".join(words[1:])
+            match = re.match(r"::error[^:]*::(.*)", text, re.DOTALL)
+            if match:
+                total.error = "\n".join(filter(None, (total.error, f"{leg.name}: {match[1]}")))
+            return 0, None
+        if head == "exit":
+            return int(words[1]) if len(words) > 1 else 0, "exit"
+        if head == "return":  # bash: "can only `return' from a function or sourced script"
+            return 1, None
+        if head == "set":
+            flags = "".join(w for w in words[1:] if w.startswith(("-", "+")))
+            if "e" in flags:
+                total.env["-e"] = "1" if flags.startswith("-") else "0"
+                return 0, "set"
+            return 0, None
+        outcome = self._command(run, job_id, leg, raw, shlex.join(words), env, files,
+                                " ".join(words))
+        total.outputs.update(outcome.outputs)
+        total.env.update(outcome.env)
+        # The set-up commands (a noop's share of the job's set-up) count once a step.
+        total.minutes = (max(total.minutes, outcome.minutes) if model_is_noop(outcome)
+                         else total.minutes + outcome.minutes)
+        if outcome.error:
+            total.error = "\n".join(filter(None, (total.error, outcome.error)))
+        return (0 if outcome.ok else outcome.status or 1), None
+
+    def _command(self, run: Run, job_id: str, leg: Leg, raw: Mapping[str, Any], script: str,
+                 env: Mapping[str, str], files: dict[str, Any],
+                 words: str | None = None) -> StepOutcome:
+        """The model of a command (``words``: its text unquoted, which the markers name)."""
+        lacking = _lacks(self, job_id, script)
+        if lacking:
+            return StepOutcome(False, error=f"{leg.name}: the job's token lacks {lacking} "
+                               "(HTTP 403: Resource not accessible by integration)")
         for marker, model in COMMANDS:
-            if marker in script:
+            if marker in (script if words is None else words):
                 return model(self, run, leg, script, env, files)
         raise SimulationError(f"{job_id}: no model of the step {raw.get('name') or script[:60]!r}")
 
     def line(self) -> catalog_module.ReleaseLine:
         return self.catalog.line(self.version)
+
+    def line_box(self) -> float:
+        """The warm-up's time box, in minutes (what a lost runner had run by then)."""
+        return budget.compile_minutes()
 
 
 @dataclass
@@ -520,6 +695,46 @@ class StepOutcome:
     error: str = ""
     minutes: float = 1.0
     env: dict[str, str] = field(default_factory=dict)
+    status: int = 0  # the exit status, where a model knows it (else 1 for a failure)
+
+
+def _ended(total: StepOutcome, status: int) -> StepOutcome:
+    """The step as its script's exit status says: a failing command whose status the
+    script swallowed (`|| true`) leaves a passing step, whatever it printed."""
+    return StepOutcome(status == 0, total.outputs, total.error, total.minutes, total.env, status)
+
+
+#: Shell syntax the line model below does not follow: such a script runs as one command.
+_COMPOUND = re.compile(r"(^|[\s;])(if|then|for|while|until|case|do|done|fi|esac)(\s|$)|\$\(|`|\{|\}|(?<!\|)\|(?!\|)")
+
+
+def _command_lists(script: str) -> list[list[tuple[str, list[str]]]] | None:
+    """A script's command lists, one per line or `;`, each as (operator, words) with the
+    operator before it ("", "&&", "||"); None where it uses compound syntax."""
+    joined = script.replace("\\\n", " ")
+    if _COMPOUND.search(joined):
+        return None
+    lists: list[list[tuple[str, list[str]]]] = []
+    for line in joined.splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        current: list[tuple[str, list[str]]] = []
+        operator = ""
+        words: list[str] = []
+        for token in lexer:
+            if token in ("&&", "||", ";"):
+                current.append((operator, words))
+                operator, words = token, []
+                if token == ";":
+                    lists.append(current)
+                    current, operator = [], ""
+            else:
+                words.append(token)
+        if words:
+            current.append((operator, words))
+        if current:
+            lists.append(current)
+    return lists
 
 
 # --- actions --------------------------------------------------------------------------------
@@ -549,6 +764,10 @@ def _upload(sim: Simulator, run: Run, leg: Leg, with_: Mapping[str, str],
         return StepOutcome(False, error=f"{leg.name}: an artifact named {name} exists in this run")
     for artifact in same:
         world.artifacts.remove(artifact)
+    if (sim.faults.handover_fails == (leg.job_id, sim.attempts)
+            and name.startswith(str(leg.matrix.get("ccache_artifact")))):
+        return StepOutcome(False, error=f"{leg.name}: Failed to upload artifact {name}: "
+                           "the connection was reset (the artifact it replaces is deleted)")
     days = float(with_.get("retention-days") or 90)
     world.artifacts.append(Artifact(run.run_id, name, world.hour, days, payload))
     return StepOutcome(True)
@@ -656,9 +875,16 @@ CommandModel = Callable[[Simulator, Run, Leg, str, Mapping[str, str], dict[str, 
 CCACHE = "/tmp/runner/ccache"
 
 
+NOOP_MINUTES = budget.figure("setup") / 4
+
+
 def _cmd_noop(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
               files: dict[str, Any]) -> StepOutcome:
-    return StepOutcome(True, minutes=budget.figure("setup") / 4)
+    return StepOutcome(True, minutes=NOOP_MINUTES)
+
+
+def model_is_noop(outcome: StepOutcome) -> bool:
+    return outcome.ok and outcome.minutes == NOOP_MINUTES and not outcome.outputs
 
 
 def _cmd_state(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
@@ -669,6 +895,13 @@ def _cmd_state(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
     outputs: dict[str, str] = {}
     extra_env = {"STAGE": str(stage)} if number else {}
     code = sim.code.warmup
+    if "artifact" in getattr(code.State, "__dataclass_fields__", {}):
+        # ci.warmup next/ready as the step runs them: their exit status and outputs.
+        line = next(line for line in script.splitlines() if "ci.warmup" in line)
+        argv = _argv_after(line.replace('"$stage"', str(stage)), "ci.warmup")
+        status, printed, outputs = _entry_point(code.main, argv, env, files)
+        return StepOutcome(status == 0, outputs, _said(leg, printed), env=extra_env,
+                           status=status)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "warmup.json"
         if "state/warmup.json" in files:
@@ -703,7 +936,9 @@ def _progress(files: Mapping[str, Any]) -> float:
 
 def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
                  files: dict[str, Any]) -> StepOutcome:
-    """One warm-up job's time-boxed compile: one box of the line's shared compile."""
+    """One warm-up job's time-boxed compile: one box of the line's shared compile. The
+    compile is modelled; ``ci.warmup run`` itself runs with the step's arguments (its
+    state, its exit status, its messages), its compile replaced by the modelled one."""
     stage = int(env.get("STAGE") or 1)
     box = float(env.get("COMPILE_MINUTES") or budget.compile_minutes())
     done = _progress(files)
@@ -713,27 +948,43 @@ def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[s
     python = env.get("PYTHON", "")
     if stage == 1 and not gated_python and sim.faults.warmup_fails >= sim.attempts:
         state = warmup.State(stage, warmup.FAILED, 2, box * 0.1, box)
-        files["state/warmup.json"] = state.__dict__
-        return StepOutcome(False, {"outcome": warmup.FAILED},
-                           f"{leg.name}: the compile failed (exit 2)", minutes=box * 0.1)
-    done = min(need, done + 1.0)
-    files[f"{CCACHE}/ccache"] = {"boxes": done}
-    if done >= need:
-        if gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
+    else:
+        done = min(need, done + 1.0)
+        files[f"{CCACHE}/ccache"] = {"boxes": done}
+        if done >= need and gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
             state = warmup.State(stage, warmup.FAILED, 1, box, box)
-            files["state/warmup.json"] = state.__dict__
-            return StepOutcome(False, {"outcome": warmup.FAILED},
-                               f"{leg.name}: Python {python}'s wheel failed its verify stage",
-                               minutes=box)
-        state = warmup.State(stage, warmup.FINISHED, 0, box * 0.5, box)
-        files["state/warmup.json"] = state.__dict__
-        return StepOutcome(True, {"outcome": warmup.FINISHED}, minutes=box * 0.5)
-    state = warmup.State(stage, warmup.UNFINISHED, 0, box, box)
-    files["state/warmup.json"] = state.__dict__
-    if "--version" in script and stage >= budget.WARMUP_JOBS:
-        return StepOutcome(False, {"outcome": warmup.UNFINISHED},
-                           f"{leg.name}: {warmup.unfinished_message(state)}", minutes=box)
-    return StepOutcome(True, {"outcome": warmup.UNFINISHED}, minutes=box)
+        elif done >= need:
+            state = warmup.State(stage, warmup.FINISHED, 0, box * 0.5, box)
+        else:
+            state = warmup.State(stage, warmup.UNFINISHED, 0, box, box)
+    code = sim.code.warmup
+    if "--version" in script and hasattr(code, "run_all"):
+        return _real_warmup_run(sim, leg, script, env, files, state)
+    # An older warm-up's state, as its code reads it (it had no artifact field).
+    files["state/warmup.json"] = {k: v for k, v in state.__dict__.items() if k != "artifact"}
+    if state.outcome == warmup.FAILED:
+        why = (f"Python {python}'s wheel failed its verify stage" if gated_python
+               else "the compile failed (exit 2)")
+        return StepOutcome(False, {"outcome": state.outcome}, f"{leg.name}: {why}",
+                           minutes=state.minutes)
+    return StepOutcome(True, {"outcome": state.outcome}, minutes=state.minutes)
+
+
+def _real_warmup_run(sim: Simulator, leg: Leg, script: str, env: Mapping[str, str],
+                     files: dict[str, Any], state: warmup.State) -> StepOutcome:
+    code = sim.code.warmup
+
+    def compiled(commands: Any, *, minutes: float, stage: int, state_path: Path,
+                 grace: float = 0.0) -> Any:
+        known = getattr(code.State, "__dataclass_fields__", {})
+        ended = code.State(**{k: v for k, v in state.__dict__.items() if k in known})
+        ended.save(state_path)
+        return ended
+
+    with mock.patch.object(code, "run_all", compiled):
+        status, printed, outputs = _entry_point(code.main, _argv_after(script, "ci.warmup"),
+                                                env, files)
+    return StepOutcome(status == 0, outputs, _said(leg, printed), state.minutes, status=status)
 
 
 def _wheel_name(project: str, version: str, tag: str, platform: str) -> str:
@@ -762,7 +1013,8 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
                                minutes=budget.job_minutes("vision"))
         sim.world.built.add(digest + "v")
         return StepOutcome(True, minutes=budget.job_minutes("vision"),
-                           outputs=_add_vision(files, catalog, line, cp, platform, digest))
+                           outputs=_add_vision(files, catalog, line, cp, platform, digest,
+                                               sim.faults.vision_tag))
     warm = _progress(files) >= sim.faults.compile_boxes
     minutes = budget.job_minutes("wheel", line) if warm else (
         budget.bulk_compile_minutes(line) * budget.figure("peer_overrun"))
@@ -782,16 +1034,17 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
             return StepOutcome(False, error=f"{leg.name}: torchvision's build failed",
                                minutes=minutes)
         sim.world.built.add(digest + "vv")
-        _add_vision(files, catalog, line, cp, platform, digest + "v")
+        _add_vision(files, catalog, line, cp, platform, digest + "v", sim.faults.vision_tag)
     return StepOutcome(True, minutes=minutes)
 
 
 def _add_vision(files: dict[str, Any], catalog: Catalog, line: catalog_module.ReleaseLine,
-                cp: str, platform: str, digest: str) -> dict[str, Any]:
-    """torchvision's wheel, tagged as the official wheels of its release are (catalog)."""
+                cp: str, platform: str, digest: str, tag: str | None = None) -> dict[str, Any]:
+    """torchvision's wheel, tagged as the official wheels of its release are (catalog), or
+    as a fault says its build tags it."""
     companion = line.companion
     assert companion is not None
-    tag = f"{cp}-{cp}" if companion.per_python else "py3-none"
+    tag = tag or (f"{cp}-{cp}" if companion.per_python else "py3-none")
     name = _wheel_name(companion.name, catalog.wheel_version(companion), tag, platform)
     files[f"wheels/{name}"] = digest + "v"
     return {}
@@ -927,23 +1180,44 @@ def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping
     local = _local_wheels(files)
     for name in draft.plan_add(local, release.assets).upload:
         release.assets[name] = local[name]
+    wheels = {name: digest for name, digest in release.assets.items() if name.endswith(".whl")}
+    release.assets[draft.SUMS] = draft.sums_text(wheels)  # uploaded with --clobber: it grows
     return StepOutcome(True)
+
+
+def _cmd_pip(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
+             files: dict[str, Any]) -> StepOutcome:
+    """pip install in a job that builds, signs or publishes: every package pinned by hash
+    (`--require-hashes` on a requirements file), or the project alone (`--no-deps -e .`);
+    anything else could fetch a package no one pinned (docs/releasing.md, 'Pinned with
+    hashes'). What pip then installs is not modelled."""
+    words = shlex.split(script)
+    hashed = "--require-hashes" in words and "-r" in words
+    project_only = "--no-deps" in words and words[-2:] == ["-e", "."]
+    if hashed or project_only or not sim.code.hash_pins:
+        return _cmd_noop(sim, run, leg, script, env, files)
+    return StepOutcome(False, error=f"{leg.name}: '{script}' may install packages not pinned by "
+                       "hash in a job that builds, signs or publishes (docs/releasing.md, "
+                       "'Pinned with hashes')")
+
+
+def _cmd_companion_tags(sim: Simulator, run: Run, leg: Leg, script: str,
+                        env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
+    """ci/companion_tags.py built: the built wheels' tags against the catalog (for real)."""
+    code, printed, outputs = _entry_point(companion_tags.main,
+                                          _argv_after(script, "ci.companion_tags"), env, files,
+                                          catalog=sim.catalog)
+    return StepOutcome(code == 0, outputs, _said(leg, printed), status=code)
 
 
 def _cmd_release_status(sim: Simulator, run: Run, leg: Leg, script: str,
                         env: Mapping[str, str], files: dict[str, Any]) -> StepOutcome:
-    """ci/release_status.py --publish: publish the draft only when whole (its own functions)."""
-    tag = run.tag or ""
-    release = sim.world.releases[tag]
-    wants = release_status.wanted(sim.catalog, tag)
-    absent = release_status.missing(wants, sorted(release.assets))
-    if not release.draft:
-        return StepOutcome(True)  # published (on purpose, if without some): pages lists it
-    if absent:
-        text = release_status.report(tag, wants, absent, [*release.assets, "SHA256SUMS"])
-        return StepOutcome(False, error=f"{leg.name}: {text}\n{release_status._how_to_finish(tag)}")
-    release.draft = False
-    return StepOutcome(True)
+    """ci/release_status.py with the step's own arguments (``--publish``, and
+    ``--publish-subset`` if a workflow gives it), against the world's release."""
+    argv = _argv_after(script, "ci.release_status")
+    code, printed, outputs = _entry_point(release_status.main, argv, env, files,
+                                          _Gh(sim, run, env["GITHUB_JOB"]), sim.catalog)
+    return StepOutcome(code == 0, outputs, _said(leg, printed), status=code)
 
 
 def _cmd_wheel_names(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
@@ -964,7 +1238,8 @@ def _cmd_old_release(sim: Simulator, run: Run, leg: Leg, script: str, env: Mappi
     if release is not None and not release.draft:
         return StepOutcome(False, error=f"{leg.name}: Already published: Release {tag} is "
                            "already published; push the next build number")
-    release = sim.world.releases.setdefault(tag, Release(True, {}))
+    # `gh release create` makes a draft only when told (--draft); else it publishes at once.
+    release = sim.world.releases.setdefault(tag, Release("--draft" in script, {}))
     release.assets.update(_local_wheels(files))
     return StepOutcome(True)
 
@@ -981,7 +1256,9 @@ def _cmd_index_collect(sim: Simulator, run: Run, leg: Leg, script: str,
         return StepOutcome(False, error=f"{leg.name}: downloading one release's SHA256SUMS "
                            "failed after its retries; the index was not deployed.")
     published = {tag: release for tag, release in sim.world.releases.items() if not release.draft}
-    files["releases/all"] = {tag: dict(release.assets) for tag, release in published.items()}
+    files["releases/all"] = {tag: {name: digest for name, digest in release.assets.items()
+                                   if name.endswith(".whl")}
+                             for tag, release in published.items()}
     return StepOutcome(True)
 
 
@@ -1026,6 +1303,8 @@ COMMANDS: tuple[tuple[str, CommandModel], ...] = (
     ("ci.warmup pick", _cmd_pick),
     ("ci.warmup", _cmd_state),
     ("intelmac_torch_builder matrix", _cmd_matrix),
+    ("ci.publish_check --cold", _cmd_noop),  # it only warns
+    ("ci.companion_tags built", _cmd_companion_tags),
     ("ci.publish_check", _cmd_publish_check),
     ("ci.draft assets", _cmd_draft_assets),
     ("ci.draft add", _cmd_draft_add),
@@ -1046,13 +1325,159 @@ COMMANDS: tuple[tuple[str, CommandModel], ...] = (
     ("::error title=Unfinished::", _cmd_say),
     ("::warning title=Unpinned", _cmd_noop),
     ("::notice title=regress-gpu", _cmd_noop),
-    ("pip install", _cmd_noop),
+    ("pip install", _cmd_pip),
     ("xcode-select", _cmd_noop),
     ("simctl", _cmd_noop),
     ("native fetch", _cmd_noop),
     ("ccache -s", _cmd_noop),
+    ("ccache -z", _cmd_noop),
     ("GITHUB_JOB#warmup-", _cmd_state),
 )
+
+
+# --- our entry points, run for real against the world ----------------------------------------
+
+
+class _Gh:
+    """``gh`` as the world answers it, for this job's token: a draft is seen, created,
+    published or uploaded to only with ``contents: write`` (REST API, 'List releases',
+    'Update a release'); ``release create`` makes a draft only when given ``--draft``, and
+    ``release upload`` replaces an asset only with ``--clobber`` (gh manual)."""
+
+    def __init__(self, sim: Simulator, run: Run, job_id: str | None) -> None:
+        self.sim, self.run = sim, run
+        # None: a maintainer's own gh, signed in with push access
+        self.write = job_id is None or _permission(sim.jobs[job_id], "contents",
+                                                   sim.workflow) == "write"
+
+    def __call__(self, args: Sequence[str]) -> tuple[int, str, str]:
+        releases = self.sim.world.releases
+        verb = " ".join(args[:2])
+        tag = args[2] if len(args) > 2 else ""
+        release = releases.get(tag)
+        if verb == "release view":
+            if release is None or (release.draft and not self.write):
+                return 1, "", "release not found"
+            assets = [{"name": name, "digest": f"sha256:{digest}"}
+                      for name, digest in release.assets.items()]
+            return 0, json.dumps({"isDraft": release.draft, "assets": assets}), ""
+        if not self.write:
+            return 1, "", "HTTP 403: Resource not accessible by integration"
+        if verb == "release edit" and release is not None:
+            for flag in args[3:]:
+                if flag.startswith("--draft"):
+                    release.draft = flag in ("--draft", "--draft=true")
+            return 0, "", ""
+        if verb == "release create":
+            if release is not None:
+                return 1, "", f"a release with the same tag name already exists: {tag}"
+            releases[tag] = Release("--draft" in args or "--draft=true" in args, {})
+            return 0, "", ""
+        return 1, "", f"the simulated gh has no model of: gh {' '.join(args)}"
+
+
+#: What a step needs of its job's GITHUB_TOKEN (each action's README; the REST API's
+#: permissions for the endpoints gh calls): (marker of the action or command, scopes).
+NEEDS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("actions/checkout", {"contents": "read"}),
+    ("actions/attest-build-provenance", {"id-token": "write", "attestations": "write"}),
+    ("actions/deploy-pages", {"pages": "write", "id-token": "write"}),
+    ("ci.publish_check", {"pages": "read", "actions": "read"}),
+    ("ci.draft assets", {"contents": "read"}),  # a draft is listed only to write (above)
+    ("ci.draft add", {"contents": "write"}),
+    ("publish_index collect", {"contents": "read"}),
+    ("gh cache", {"actions": "write"}),
+)
+_LEVELS = {"none": 0, "read": 1, "write": 2}
+
+
+def _permission(job: Mapping[str, Any], scope: str,
+                workflow: Mapping[str, Any] | None = None) -> str:
+    """The job's GITHUB_TOKEN permission for ``scope``: a ``permissions:`` sets every scope
+    it does not name to none, and a job without one takes the workflow's (docs,
+    'Controlling permissions for GITHUB_TOKEN'); ``write`` includes ``read``."""
+    permissions = job.get("permissions", (workflow or {}).get("permissions"))
+    if isinstance(permissions, str):  # read-all, write-all
+        return permissions.split("-")[0]
+    return str((permissions or {}).get(scope, "none"))
+
+
+def _lacks(sim: Simulator, job_id: str, text: str) -> str:
+    """The permissions the step ``text`` (an action's name or a command) needs and its job
+    lacks, as GitHub's refusal would name them; empty when it has them."""
+    job = sim.jobs[job_id]
+    missing = [f"{scope}: {level}" for marker, scopes in NEEDS if marker in text
+               for scope, level in scopes.items()
+               if _LEVELS.get(_permission(job, scope, sim.workflow), 0) < _LEVELS[level]]
+    return ", ".join(dict.fromkeys(missing))
+
+
+def _entry_point(main: Callable[[Sequence[str]], int], argv: Sequence[str],
+                 env: Mapping[str, str], files: dict[str, Any],
+                 gh: Callable[[Sequence[str]], tuple[int, str, str]] | None = None,
+                 catalog: Catalog | None = None) -> tuple[int, str, dict[str, str]]:
+    """Run one of our entry points with its real arguments, in a folder holding the job's
+    files, its env, and ``gh`` answered by the world: (exit status, what it printed, the
+    outputs it wrote to $GITHUB_OUTPUT). Changed JSON files are read back. The repository's
+    catalog, which the entry points load, is the simulation's (``catalog``)."""
+    real_run = subprocess.run
+    real_load = catalog_module.load
+
+    def load(path: Path | None = None) -> Catalog:
+        return catalog if catalog is not None and path is None else real_load(path)
+
+    def fake_run(command: Any, *args: Any, **kwargs: Any) -> Any:
+        if gh is None or not isinstance(command, list) or command[:1] != ["gh"]:
+            return real_run(command, *args, **kwargs)
+        code, out, err = gh(command[1:])
+        return subprocess.CompletedProcess(command, code, out, err)
+
+    printed = io.StringIO()
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for key, value in files.items():
+            if key.startswith("/") or not isinstance(value, (dict, list, str)):
+                continue
+            (root / key).parent.mkdir(parents=True, exist_ok=True)
+            (root / key).write_text(value if isinstance(value, str) else json.dumps(value))
+        output = root / "github_output"
+        output.touch()
+        variables = {**env, "GITHUB_OUTPUT": str(output)}
+        cwd = os.getcwd()
+        try:
+            os.chdir(root)
+            with mock.patch.dict(os.environ, variables), \
+                    mock.patch.object(subprocess, "run", fake_run), \
+                    mock.patch.object(catalog_module, "load", load), \
+                    contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                try:
+                    code = int(main(list(argv)) or 0)
+                except SystemExit as exc:  # argparse: bad arguments
+                    code = exc.code if isinstance(exc.code, int) else 2
+        finally:
+            os.chdir(cwd)
+        for path in root.rglob("*.json"):
+            files[str(path.relative_to(root))] = json.loads(path.read_text())
+        outputs = dict(line.split("=", 1) for line in output.read_text().splitlines()
+                       if "=" in line)
+    return code, printed.getvalue(), outputs
+
+
+def _said(leg: Leg, printed: str) -> str:
+    """What an entry point's output tells the maintainer: its ::error:: annotations and
+    error lines, named by the job."""
+    said = [match[1] for match in re.finditer(r"::error[^:]*::(.*)", printed)]
+    said += [line for line in printed.splitlines() if line.startswith("error:")]
+    if not said and "stays a draft" in printed:
+        said = [printed.strip()]
+    return "\n".join(f"{leg.name}: {text}" for text in said)
+
+
+def _argv_after(script: str, marker: str) -> list[str]:
+    """The arguments after ``python -m <module>`` (or ``python <file>``) in a command."""
+    words = shlex.split(script)
+    index = next(i for i, word in enumerate(words) if word.endswith(marker))
+    return words[index + 1:]
 
 
 # --- end states -----------------------------------------------------------------------------
@@ -1067,7 +1492,10 @@ def end_state(sim: Simulator) -> str:
     if last.event == "schedule":
         kept = [e for e in sim.world.caches if e.ref == DEFAULT_REF]
         lines = {e.key.split("-")[1] for e in kept}
-        one_each = len(kept) == len(lines) and len(lines) > 0
+        # Refreshed: each line's one entry is the one this run saved (a save under a key
+        # that exists already is dropped: GitHub keeps the first entry of a key).
+        fresh = all(e.hour >= last.started for e in kept)
+        one_each = len(kept) == len(lines) and len(lines) > 0 and fresh
         if one_each and not says:
             return "published"
         return "failed, says why" if says else "failed, silently"
@@ -1080,13 +1508,14 @@ def end_state(sim: Simulator) -> str:
         if sim.world.swapped:
             return "published, replacing published files (" + ", ".join(sim.world.swapped) + ")"
         unbuilt = sorted(name for name, digest in release.assets.items()
-                         if digest not in sim.world.built)
+                         if name.endswith(".whl") and digest not in sim.world.built)
         if unbuilt:
             return "published, with bytes no build job made (" + ", ".join(unbuilt) + ")"
-        if any(sim.world.index.get(name) != digest for name, digest in release.assets.items()):
+        if any(sim.world.index.get(name) != digest for name, digest in release.assets.items()
+               if name.endswith(".whl")):
             return "published, not in the index"
         return "published"
-    if release is not None and release.assets and button:
+    if release is not None and any(name.endswith(".whl") for name in release.assets) and button:
         return "draft, resumable"
     return "failed, says why" if says else "failed, silently"
 
@@ -1102,6 +1531,8 @@ class Expected:
 
     state: str
     rerun: bool  # its button column names *Re-run failed jobs*
+    presses: int | None = None  # how many times a button is pressed
+    hours: float | None = None  # the runner hours, at most (the time model's minutes)
 
 
 def expected_rows(doc: Path = RELEASES_DOC) -> dict[str, Expected]:
@@ -1117,8 +1548,10 @@ def expected_rows(doc: Path = RELEASES_DOC) -> dict[str, Expected]:
             break
         match = _ROW.match(line)
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if match and len(cells) == 5 and cells[4] in STATES:
-            found[match["name"]] = Expected(cells[4], RERUN_NAMED.search(cells[3]) is not None)
+        if match and len(cells) in (5, 7) and cells[4] in STATES:
+            counts = (int(cells[5]), float(cells[6])) if len(cells) == 7 else (None, None)
+            found[match["name"]] = Expected(cells[4], RERUN_NAMED.search(cells[3]) is not None,
+                                            *counts)
     return found
 
 
@@ -1132,6 +1565,12 @@ class Outcome:
     state: str
     expected: Expected | None
     trace: tuple[str, ...]
+    hours: float = 0.0  # runner hours over every run and attempt
+
+    @property
+    def presses(self) -> int:
+        return sum(1 for line in self.trace if line.startswith("press: ") and
+                   line != "press: no button named")
 
     @property
     def pressed_rerun(self) -> bool:
@@ -1139,15 +1578,18 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return (self.expected is not None and self.state == self.expected.state
-                and self.pressed_rerun == self.expected.rerun)
+        row = self.expected
+        return (row is not None and self.state == row.state
+                and self.pressed_rerun == row.rerun
+                and row.presses in (None, self.presses)
+                and (row.hours is None or self.hours <= row.hours))
 
 
 def simulate(scenario: Scenario, workflow: Path, catalog: Catalog, version: str,
-             code: Code = Code()) -> Outcome:
-    trace: list[str] = []
+             code: Code = Code(), schedule: str = SCHEDULES[0]) -> Outcome:
+    trace: list[str] = [f"jobs in the {schedule} order"]
     sim = Simulator(workflow, catalog, version, scenario.faults(catalog, version), trace.append,
-                    code)
+                    code, schedule)
     for action in scenario.actions:
         if action.kind == "push":
             trace.append(f"push v{version}-{action.value}")
@@ -1162,21 +1604,33 @@ def simulate(scenario: Scenario, workflow: Path, catalog: Catalog, version: str,
             trace.append(f"press: {sim.press()}")
         elif action.kind == "publish-subset":
             trace.append(f"publish-subset: {sim.publish_subset()}")
-    return Outcome(scenario.name, end_state(sim), None, tuple(trace))
+    return Outcome(scenario.name, end_state(sim), None, tuple(trace),
+                   sum(run.minutes for run in sim.runs) / 60)
 
 
 def run_all(workflow: Path, catalog: Catalog, version: str | None = None,
-            doc: Path = RELEASES_DOC, code: Code = Code()) -> list[Outcome]:
+            doc: Path = RELEASES_DOC, code: Code = Code(),
+            only: Sequence[str] = ()) -> list[Outcome]:
     expected = expected_rows(doc)
     chosen = version or catalog.default_version
+    unknown = sorted(set(only) - {scenario.name for scenario in SCENARIOS})
+    if unknown:
+        raise BuildError(f"no scenario {', '.join(unknown)}: the scenarios are "
+                         + ", ".join(scenario.name for scenario in SCENARIOS))
     outcomes = []
     for scenario in SCENARIOS:
-        try:
-            outcome = simulate(scenario, workflow, catalog, chosen, code)
-        except SimulationError as exc:
-            outcome = Outcome(scenario.name, f"cannot simulate: {exc}", None, ())
-        outcomes.append(Outcome(scenario.name, outcome.state, expected.get(scenario.name),
-                                outcome.trace))
+        if only and scenario.name not in only:
+            continue
+        row = expected.get(scenario.name)
+        for schedule in SCHEDULES:  # every order must end as the table says
+            try:
+                outcome = simulate(scenario, workflow, catalog, chosen, code, schedule)
+            except SimulationError as exc:
+                outcome = Outcome(scenario.name, f"cannot simulate: {exc}", None, ())
+            outcome = Outcome(scenario.name, outcome.state, row, outcome.trace, outcome.hours)
+            if not outcome.ok:
+                break
+        outcomes.append(outcome)
     return outcomes
 
 
@@ -1189,9 +1643,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "the catalog's default line)")
     parser.add_argument("--doc", type=Path, default=RELEASES_DOC)
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's jobs")
+    parser.add_argument("--scenario", action="append", default=[],
+                        help="play only this scenario (repeatable; default: every one)")
     args = parser.parse_args(argv)
     try:
-        outcomes = run_all(args.workflow, catalog_module.load(args.catalog), args.line, args.doc)
+        outcomes = run_all(args.workflow, catalog_module.load(args.catalog), args.line, args.doc,
+                           only=args.scenario)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -1201,9 +1658,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         row = outcome.expected
         wanted = "" if outcome.ok else (
             "   (docs/releasing.md: " + (f"{row.state}, button: "
-                                          f"{RERUN if row.rerun else 'none pressed'}" if row else "no row")
+                                          f"{RERUN if row.rerun else 'none pressed'}, "
+                                          f"{row.presses} presses, at most {row.hours:g} runner "
+                                          "hours" if row else "no row")
             + f"; pressed: {RERUN if outcome.pressed_rerun else 'none'})")
-        print(f"{mark} {outcome.scenario:<{width}}  {outcome.state}{wanted}")
+        print(f"{mark} {outcome.scenario:<{width}}  {outcome.state}, {outcome.presses} presses, "
+              f"{outcome.hours:.1f} runner hours{wanted}")
         if args.verbose or not outcome.ok:
             for line in outcome.trace:
                 print(f"       {line}")

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..core import _fsutil
@@ -54,6 +54,9 @@ class State:
     exit_code: int
     minutes: float
     box_minutes: float
+    # The artifact holding the compiler cache this state describes: the job's own hand-over
+    # (finished, unfinished), or the one it had started from (failed; '' when none).
+    artifact: str = ""
 
     def save(self, path: Path) -> None:
         _fsutil.write_json_atomic(path, asdict(self))
@@ -134,9 +137,10 @@ def unfinished_message(state: State) -> str:
     return (f"The warm-up did not finish its compile in {state.stage} jobs of "
             f"{state.box_minutes:g} minutes each. Press 'Re-run failed jobs': warm-up job "
             f"{state.stage} continues from this run's compiler cache (artifact, kept 30 days). "
-            "After 30 days, run the workflow on the tag (Use workflow from → Tags): it "
-            "restores the tag's saved cache. If it happens again, raise WARMUP_JOBS in "
-            "ci/budget.py and add a warm-up job (docs/releasing.md, 'Time').")
+            "After 30 days, run the workflow on the tag (Use workflow from → Tags): its "
+            "warm-up compiles again from nothing (a tag restores no saved cache). If it "
+            "happens again, raise WARMUP_JOBS in ci/budget.py and add a warm-up job "
+            "(docs/releasing.md, 'Time').")
 
 
 def _github_output(**values: str) -> None:
@@ -175,6 +179,14 @@ def ready(state_path: Path) -> State:
     state = State.load(state_path)
     if state.outcome == FINISHED:
         return state
+    if state.outcome == UNFINISHED and state.stage < budget.WARMUP_JOBS:
+        # The last job left no state: its runner was lost, or it was cancelled.
+        lost = state.stage + 1
+        raise BuildError(
+            f"The warm-up did not finish its compile in {state.stage} jobs, and warm-up job "
+            f"{lost} did not record how it ended (its runner was lost, or it was cancelled). "
+            f"Press 'Re-run failed jobs': warm-up job {lost} continues from job "
+            f"{state.stage}'s compiler cache (artifact, kept 30 days).")
     if state.outcome == UNFINISHED:
         raise BuildError(unfinished_message(state))
     next_step(state_path)  # raises for a failed warm-up
@@ -193,6 +205,11 @@ def pick(wheels: Path, candidates: Sequence[str]) -> str:
         "errors; press 'Re-run failed jobs' once their cause is gone.")
 
 
+def _artifact(state_path: Path) -> str:
+    """The artifact to continue from ('' with no state: start from the actions cache)."""
+    return State.load(state_path).artifact if state_path.exists() else ""
+
+
 def _run_command(args: argparse.Namespace) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if command:
@@ -202,6 +219,11 @@ def _run_command(args: argparse.Namespace) -> int:
     else:
         raise BuildError("warmup run needs --version and --python, or a command after --")
     state = run_all(commands, minutes=args.minutes, stage=args.stage, state_path=args.state)
+    # Each job hands its cache on under a name of its own (job and attempt), so a hand-over
+    # that fails replaces nothing: the state names the one to continue from.
+    handed = args.artifact if state.outcome in (FINISHED, UNFINISHED) else args.continued
+    state = replace(state, artifact=handed or "")
+    state.save(args.state)
     print(f"warm-up job {state.stage}: {state.outcome} after {state.minutes:g} min "
           f"(time box {state.box_minutes:g} min)")
     _github_output(outcome=state.outcome)
@@ -226,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_parser.add_argument("--version", help="the line (with --python): its shared compile")
     run_parser.add_argument("--python", help="the Python the shared compile configures with")
     run_parser.add_argument("--fetch-args", default="", help="extra arguments of the fetch stage")
+    run_parser.add_argument("--artifact", default="",
+                            help="the artifact this job hands its compiler cache on as")
+    run_parser.add_argument("--continued", default="",
+                            help="the artifact whose compiler cache this job started from")
     run_parser.add_argument("argv", nargs=argparse.REMAINDER)
     for name in ("next", "ready"):
         sub = commands.add_parser(name, help=f"read the warm-up state ({name})")
@@ -242,7 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "next":
             step = next_step(args.state, args.stage)
             print("the compile continues here" if step.todo else "the warm-up already finished")
-            _github_output(todo=str(step.todo).lower(), fresh=str(step.fresh).lower())
+            _github_output(todo=str(step.todo).lower(), fresh=str(step.fresh).lower(),
+                           artifact=_artifact(args.state))
             return 0
         if args.command == "pick":
             python = pick(args.wheels, args.candidates.split())
@@ -251,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         state = ready(args.state)
         print(f"warm-up finished in job {state.stage}")
+        _github_output(artifact=state.artifact)
         return 0
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)

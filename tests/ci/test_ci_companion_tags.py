@@ -84,3 +84,22 @@ def test_fetch_from_an_index_without_json_says_so(tmp_path: Path, httpserver: HT
     with pytest.raises(companion_tags.BuildError, match="PEP 691"):
         companion_tags.fetch("torchvision", tmp_path, httpserver.url_for("/simple"))
     assert not (tmp_path / "torchvision.json").exists()
+
+
+def test_a_built_wheel_must_carry_a_tag_the_catalog_records() -> None:
+    catalog = catalog_module.load()
+    per_python = next(line for line in catalog.lines if line.companion and line.companion.per_python)
+    shared = next(line for line in catalog.lines if line.companion and not line.companion.per_python)
+
+    def name(line: catalog_module.ReleaseLine, tag: str) -> str:
+        assert line.companion is not None
+        return f"torchvision-{catalog.wheel_version(line.companion)}-{tag}-macosx_14_0_x86_64.whl"
+
+    assert companion_tags.built_problems(catalog, per_python.version,
+                                         [name(per_python, "cp312-cp312")]) == []
+    assert "tagged py3-none" in companion_tags.built_problems(
+        catalog, per_python.version, [name(per_python, "py3-none")])[0]
+    assert companion_tags.built_problems(catalog, shared.version, [name(shared, "py3-none")]) == []
+    assert "tagged cp312-cp312" in companion_tags.built_problems(
+        catalog, shared.version, [name(shared, "cp312-cp312")])[0]
+    assert "no torchvision wheel" in companion_tags.built_problems(catalog, shared.version, [])[0]

@@ -99,9 +99,11 @@ elif args[:2] == ["release", "upload"]:
             kept.write_bytes(b"corrupt")
         else:
             shutil.copyfile(name, kept)
-        digest = hashlib.sha256(kept.read_bytes()).hexdigest()
+        digest = "sha256:" + hashlib.sha256(kept.read_bytes()).hexdigest()
+        if os.environ.get("GH_NO_DIGEST") == kept.name:  # not computed yet right after upload
+            digest = ""
         release["assets"].append({{"name": kept.name, "id": len(state["ids"]) + 1,
-                                   "digest": "sha256:" + digest, "file": str(kept)}})
+                                   "digest": digest, "file": str(kept)}})
         state["ids"].append(kept.name)
 elif args[:2] == ["release", "delete-asset"]:
     release["assets"] = [a for a in release["assets"] if a["name"] != args[3]]
@@ -230,3 +232,25 @@ def test_a_wheel_that_arrived_with_other_bytes_is_fixed_as_the_error_says(
         subprocess.run(command.split(), check=True)
     assert draft.main(add) == 0
     assert _held(state) == {"a.whl": b"a", "SHA256SUMS": _sums({"a.whl": b"a"})}
+
+
+def test_a_digest_github_has_not_computed_yet_is_checked_from_the_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Right after an upload GitHub may report an empty digest: that is not 'other bytes'.
+    The check reads the asset back and hashes it (seen failing on issue 40's main: the
+    error said the wheel arrived with other bytes and told to delete it)."""
+    state = stand_in_release(tmp_path, monkeypatch, True, {})
+    dist = _dist(tmp_path, {"a.whl": b"a"})
+    monkeypatch.setenv("GH_NO_DIGEST", "a.whl")
+    assert draft.main(["add", "--tag", "v2.15.0-1", "--dir", str(dist), "--repo", "me/r"]) == 0
+    assert "other bytes" not in capsys.readouterr().out
+    assert _held(state)["a.whl"] == b"a"
+    # Other bytes behind an empty digest are still caught.
+    state.unlink()
+    for folder in ("gh", "dist"):
+        __import__("shutil").rmtree(tmp_path / folder)
+    stand_in_release(tmp_path, monkeypatch, True, {})
+    dist = _dist(tmp_path, {"a.whl": b"a"})
+    monkeypatch.setenv("GH_CORRUPT", "a.whl")
+    assert draft.main(["add", "--tag", "v2.15.0-1", "--dir", str(dist), "--repo", "me/r"]) == 1
+    assert "arrived with other bytes" in capsys.readouterr().out

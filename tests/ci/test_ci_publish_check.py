@@ -81,3 +81,33 @@ def test_a_setting_the_token_may_not_read_warns_instead_of_blocking(
     assert check.main(["--tag", "v2.14.1-1"]) == 0
     out = capsys.readouterr().out
     assert "::warning title=Not checked::the github-pages environment could not be read" in out
+
+
+def test_a_line_without_a_default_branch_cache_entry_is_named_cold() -> None:
+    """N6 of issue 40: a disabled schedule stops the refresh silently; a run on the default
+    branch that restores the cache warns instead, saying why and what it costs."""
+    catalog = catalog_module.load()
+    default = catalog.default_version
+    warm = [f"ccache-{default}-0123456789abcdef-fedcba9876543210-7-1-warmup-3"]
+    assert check.cold_lines([default], warm) == []
+    assert check.cold_lines([default, "2.6.0"], warm) == ["2.6.0"]
+    said = check.cold_message(catalog, default)
+    assert "60 days" in said and "Enable workflow" in said and "starts cold" in said
+    other = next(line.version for line in catalog.lines if line.version != default)
+    assert "10 GB" in check.cold_message(catalog, other)
+
+
+def test_main_warns_of_a_cold_line_and_still_passes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    default = catalog_module.load().default_version
+    stand_in_gh(
+        tmp_path, monkeypatch,
+        '*"/pages") echo \'{"build_type": "workflow"}\'',
+        '*deployment-branch-policies) echo \'{"branch_policies": [{"name": "v*", "type": "tag"}]}\'',
+        '*environments/github-pages) echo \'{"deployment_branch_policy": null}\'',
+        "*/releases) echo '[[]]'",
+        '*actions/caches*) echo \'{"actions_caches": []}\'',
+        '*"repos/{owner}/{repo}") echo \'{"default_branch": "main"}\'')
+    assert check.main(["--cold", default]) == 0
+    assert f"::warning title=Cold compiler cache::No compiler cache for {default}" in (
+        capsys.readouterr().out)

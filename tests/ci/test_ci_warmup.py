@@ -114,10 +114,19 @@ def test_cli_exit_codes_and_github_outputs(tmp_path: Path, monkeypatch: pytest.M
     out = tmp_path / "github_output"
     monkeypatch.setenv("GITHUB_OUTPUT", str(out))
     state = tmp_path / "s.json"
-    assert warmup.main(["run", "--minutes", "1", "--stage", "1", "--state", str(state), "--",
-                        PY, "-c", "pass"]) == 0
+    assert warmup.main(["run", "--minutes", "1", "--stage", "1", "--state", str(state),
+                        "--artifact", "ccache-2.14.1-warmup-1", "--", PY, "-c", "pass"]) == 0
     assert warmup.main(["next", "--stage", "2", "--state", str(state)]) == 0
-    assert out.read_text().splitlines() == ["outcome=finished", "todo=false", "fresh=false"]
+    assert warmup.main(["ready", "--state", str(state)]) == 0
+    # The next jobs continue from the artifact the job that finished handed on.
+    assert out.read_text().splitlines() == ["outcome=finished", "todo=false", "fresh=false",
+                                            "artifact=ccache-2.14.1-warmup-1",
+                                            "artifact=ccache-2.14.1-warmup-1"]
+    # A failed compile names the artifact it had started from: a re-run continues from it.
+    assert warmup.main(["run", "--minutes", "1", "--stage", "2", "--state", str(state),
+                        "--artifact", "ccache-2.14.1-warmup-2-1", "--continued",
+                        "ccache-2.14.1-warmup-1", "--", PY, "-c", "raise SystemExit(3)"]) == 3
+    assert warmup.State.load(state).artifact == "ccache-2.14.1-warmup-1"
     assert warmup.main(["ready", "--state", str(tmp_path / "missing.json")]) == 1
 
 
