@@ -25,8 +25,9 @@ lines' libraries are loaded into one process.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..patches_cpp import objc_lines
 from . import build
@@ -84,30 +85,39 @@ ALLOCATOR_MM = "aten/src/ATen/mps/MPSAllocator.mm"
 FRONT_FIRST, FRONT_END = "size_t alloc_size = get_allocation_size(size", "AllocParams params("
 
 
-def alloc_buffer_block_front(series: Sequence[Path], hooks: Path) -> str:
-    """The first lines of alloc_buffer_block (2.14.1, 2.15.0), where a request gets its size
-    and its pool, as the series leaves them: from the post-image of the series' hunk on
-    MPSAllocator.mm there; without such a hunk (the series without ``hooks``), upstream's
-    own lines, the pre-image of the hunk in ``hooks``."""
+def _allocator_hunks(patch: Path) -> Iterator[Any]:
+    """The hunks of ``patch`` on MPSAllocator.mm (unidiff's)."""
     import unidiff
 
-    def front(patch: Path, image: str) -> list[str] | None:
-        for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
-            if patched.path.removeprefix("b/") != ALLOCATOR_MM:
-                continue
-            for hunk in patched:
-                lines = [ln.value.rstrip("\n") for ln in hunk if not (ln.is_removed if image == "post" else ln.is_added)]
-                first = [i for i, text in enumerate(lines) if FRONT_FIRST in text]
-                end = [i for i, text in enumerate(lines) if text.lstrip().startswith(FRONT_END)]
-                if first and end and first[0] < end[0]:
-                    return lines[first[0]:end[0]]
-        return None
+    for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
+        if patched.path.removeprefix("b/") == ALLOCATOR_MM:
+            yield from patched
 
-    for patch in series:
-        if (lines := front(patch, "post")) is not None:
-            return "\n".join(lines) + "\n"
-    if (lines := front(hooks, "pre")) is not None:
-        return "\n".join(lines) + "\n"
+
+def _as_the_series_leaves_it(series: Sequence[Path], hooks: Path,
+                             find: Callable[[Any, str], list[str] | None]) -> str | None:
+    """What ``find(hunk, image)`` finds first in the series' hunks of MPSAllocator.mm, in their
+    post-image; without it there (the series without ``hooks``), in the pre-image of the
+    hunks of ``hooks``: upstream's own lines."""
+    for patch, image in [*((p, "post") for p in series), (hooks, "pre")]:
+        for hunk in _allocator_hunks(patch):
+            if (lines := find(hunk, image)) is not None:
+                return "\n".join(lines) + "\n"
+    return None
+
+
+def alloc_buffer_block_front(series: Sequence[Path], hooks: Path) -> str:
+    """The first lines of alloc_buffer_block (2.14.1, 2.15.0), where a request gets its size
+    and its pool, as the series leaves them (_as_the_series_leaves_it)."""
+
+    def front(hunk: Any, image: str) -> list[str] | None:
+        lines = [ln.value.rstrip("\n") for ln in hunk if not (ln.is_removed if image == "post" else ln.is_added)]
+        first = [i for i, text in enumerate(lines) if FRONT_FIRST in text]
+        end = [i for i, text in enumerate(lines) if text.lstrip().startswith(FRONT_END)]
+        return lines[first[0]:end[0]] if first and end and first[0] < end[0] else None
+
+    if (text := _as_the_series_leaves_it(series, hooks, front)) is not None:
+        return text
     raise build.CompileError(f"{hooks.name}: no hunk of {ALLOCATOR_MM} holds the front of alloc_buffer_block")
 
 
@@ -125,33 +135,24 @@ BLOCK_LIFE_LINES = {
 
 def lines_after(series: Sequence[Path], hooks: Path, anchor: str, upstream: str) -> str:
     """The lines that follow the context line ``anchor`` of MPSAllocator.mm up to the next
-    context line, as the series leaves them (the added lines of its hunk there); without
-    such a hunk in the series, those ``hooks`` removes, else ``upstream``."""
-    import unidiff
+    context line, as the series leaves them (_as_the_series_leaves_it: the lines its hunk
+    adds there, or those the hunk of ``hooks`` removes); without any such hunk, ``upstream``."""
 
-    def changed(patch: Path, image: str) -> list[str] | None:
-        for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
-            if patched.path.removeprefix("b/") != ALLOCATOR_MM:
-                continue
-            for hunk in patched:
-                lines = list(hunk)
-                for i, ln in enumerate(lines):
-                    if ln.is_context and anchor in ln.value:
-                        out: list[str] = []
-                        for following in lines[i + 1:]:
-                            if following.is_context:
-                                break
-                            if following.is_added if image == "post" else following.is_removed:
-                                out.append(following.value.rstrip("\n"))
-                        return out
+    def changed(hunk: Any, image: str) -> list[str] | None:
+        lines = list(hunk)
+        for i, ln in enumerate(lines):
+            if ln.is_context and anchor in ln.value:
+                out: list[str] = []
+                for following in lines[i + 1:]:
+                    if following.is_context:
+                        break
+                    if following.is_added if image == "post" else following.is_removed:
+                        out.append(following.value.rstrip("\n"))
+                return out
         return None
 
-    for patch in series:
-        if (lines := changed(patch, "post")) is not None:
-            return "\n".join(lines) + "\n"
-    if (lines := changed(hooks, "pre")) is not None:
-        return "\n".join(lines) + "\n"
-    return upstream
+    text = _as_the_series_leaves_it(series, hooks, changed)
+    return upstream if text is None else text
 
 
 def block_life_lines(series: Sequence[Path], hooks: Path) -> dict[str, str]:
