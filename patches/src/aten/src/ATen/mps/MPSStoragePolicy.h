@@ -80,8 +80,8 @@
 //        releases its cache, retries and then raises its out-of-memory error.
 //   cpu_pool_block_may_serve(gpu, pool_stays_cpu_visible, block_size, request_size)
 //     7a. In a pool rule 7 keeps from splitting, a free block serves a request
-//        only when it is at most kReuseSlackDivisor-th (1/32) of the request
-//        larger; otherwise the request gets a heap of its own size (upstream's
+//        only when it exceeds the request by at most 1/kReuseSlackDivisor (1/32)
+//        of the request; otherwise the request gets a heap of its own size (upstream's
 //        alloc_heap), and the free blocks stay cached until the pool needs their
 //        memory: before upstream reports out of memory it gives back the free
 //        heaps of the pool, then of every pool, and retries. Unsplit, a block
