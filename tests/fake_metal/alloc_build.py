@@ -7,8 +7,9 @@
   official wheel's header: exact, with patch 0009's hooks) and drives its BufferPool,
   AllocParams and HeapBlock the way upstream's MPSAllocator.mm does;
 - on 2.14.1 and 2.15.0, the front of ``alloc_buffer_block`` (where a request gets its pool
-  and its size) as the series' hunk leaves it, cut from the patch at test time, with
-  mirrors of the members it calls;
+  and its size) and the series' lines in ``split_free_block`` and ``coalesce_free_blocks``,
+  as its hunks leave them, cut from the patch at test time, with mirrors of the members
+  they call;
 - on 2.6.0, whose exact MPSAllocator.mm we have, upstream's own ``init_allocator``,
   ``init_buffer_pools``, ``get_pool``, ``get_allocation_size``, the watermark setters and
   ``format_size``, cut verbatim from the patched file at test time (never committed).
@@ -24,8 +25,9 @@ lines' libraries are loaded into one process.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..patches_cpp import objc_lines
 from . import build
@@ -83,43 +85,97 @@ ALLOCATOR_MM = "aten/src/ATen/mps/MPSAllocator.mm"
 FRONT_FIRST, FRONT_END = "size_t alloc_size = get_allocation_size(size", "AllocParams params("
 
 
-def alloc_buffer_block_front(series: Sequence[Path], hooks: Path) -> str:
-    """The first lines of alloc_buffer_block (2.14.1, 2.15.0), where a request gets its size
-    and its pool, as the series leaves them: from the post-image of the series' hunk on
-    MPSAllocator.mm there; without such a hunk (the series without ``hooks``), upstream's
-    own lines, the pre-image of the hunk in ``hooks``."""
+def _allocator_hunks(patch: Path) -> Iterator[Any]:
+    """The hunks of ``patch`` on MPSAllocator.mm (unidiff's)."""
     import unidiff
 
-    def front(patch: Path, image: str) -> list[str] | None:
-        for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
-            if patched.path.removeprefix("b/") != ALLOCATOR_MM:
-                continue
-            for hunk in patched:
-                lines = [ln.value.rstrip("\n") for ln in hunk if not (ln.is_removed if image == "post" else ln.is_added)]
-                first = [i for i, text in enumerate(lines) if FRONT_FIRST in text]
-                end = [i for i, text in enumerate(lines) if text.lstrip().startswith(FRONT_END)]
-                if first and end and first[0] < end[0]:
-                    return lines[first[0]:end[0]]
-        return None
+    for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8")):
+        if patched.path.removeprefix("b/") == ALLOCATOR_MM:
+            yield from patched
 
-    for patch in series:
-        if (lines := front(patch, "post")) is not None:
-            return "\n".join(lines) + "\n"
-    if (lines := front(hooks, "pre")) is not None:
-        return "\n".join(lines) + "\n"
+
+def _as_the_series_leaves_it(series: Sequence[Path], hooks: Path,
+                             find: Callable[[Any, str], list[str] | None]) -> str | None:
+    """What ``find(hunk, image)`` finds first in the series' hunks of MPSAllocator.mm, in their
+    post-image; without it there (the series without ``hooks``), in the pre-image of the
+    hunks of ``hooks``: upstream's own lines."""
+    for patch, image in [*((p, "post") for p in series), (hooks, "pre")]:
+        for hunk in _allocator_hunks(patch):
+            if (lines := find(hunk, image)) is not None:
+                return "\n".join(lines) + "\n"
+    return None
+
+
+def alloc_buffer_block_front(series: Sequence[Path], hooks: Path) -> str:
+    """The first lines of alloc_buffer_block (2.14.1, 2.15.0), where a request gets its size
+    and its pool, as the series leaves them (_as_the_series_leaves_it)."""
+
+    def front(hunk: Any, image: str) -> list[str] | None:
+        lines = [ln.value.rstrip("\n") for ln in hunk if not (ln.is_removed if image == "post" else ln.is_added)]
+        first = [i for i, text in enumerate(lines) if FRONT_FIRST in text]
+        end = [i for i, text in enumerate(lines) if text.lstrip().startswith(FRONT_END)]
+        return lines[first[0]:end[0]] if first and end and first[0] < end[0] else None
+
+    if (text := _as_the_series_leaves_it(series, hooks, front)) is not None:
+        return text
     raise build.CompileError(f"{hooks.name}: no hunk of {ALLOCATOR_MM} holds the front of alloc_buffer_block")
 
 
+#: The series' lines in the block life cycle (2.14.1, 2.15.0): the include file of the
+#: harness, the upstream line of MPSAllocator.mm they follow, and the dated candidate's own
+#: lines there (what runs when no hunk of the series touches them).
+BLOCK_LIFE_LINES = {
+    # split_free_block's guard, after its asserts
+    "split_guard.inc": ("TORCH_INTERNAL_ASSERT_DEBUG_ONLY(pool.available_size >= block_size", ""),
+    # what coalesce_free_blocks returns once it gave split_free_block a range
+    "coalesce_return.inc": ("params.buffer_block = split_free_block(params, merge_free_blocks(",
+                            "        return true;\n"),
+}
+
+
+def lines_after(series: Sequence[Path], hooks: Path, anchor: str, upstream: str) -> str:
+    """The lines that follow the context line ``anchor`` of MPSAllocator.mm up to the next
+    context line, as the series leaves them (_as_the_series_leaves_it: the lines its hunk
+    adds there, or those the hunk of ``hooks`` removes); without any such hunk, ``upstream``."""
+
+    def changed(hunk: Any, image: str) -> list[str] | None:
+        lines = list(hunk)
+        for i, ln in enumerate(lines):
+            if ln.is_context and anchor in ln.value:
+                out: list[str] = []
+                for following in lines[i + 1:]:
+                    if following.is_context:
+                        break
+                    if following.is_added if image == "post" else following.is_removed:
+                        out.append(following.value.rstrip("\n"))
+                return out
+        return None
+
+    text = _as_the_series_leaves_it(series, hooks, changed)
+    return upstream if text is None else text
+
+
+def block_life_lines(series: Sequence[Path], hooks: Path) -> dict[str, str]:
+    """BLOCK_LIFE_LINES' include files, each as the series leaves its lines (lines_after)."""
+    return {name: lines_after(series, hooks, anchor, upstream)
+            for name, (anchor, upstream) in BLOCK_LIFE_LINES.items()}
+
+
 def allocator_library(line: str, tree: Path, wheel_include: Path, std: str, fake_lib: Path, torch_lib: Path,
-                      work: Path, *, upstream_allocator_mm: str | None = None, alloc_front: str | None = None) -> Path:
+                      work: Path, *, upstream_allocator_mm: str | None = None, alloc_front: str | None = None,
+                      block_life: dict[str, str] | None = None) -> Path:
     """libintelmac_alloc_<line>.so (module docstring). ``tree`` holds the series' headers
     and new files; ``upstream_allocator_mm``: the patched exact MPSAllocator.mm (2.6.0);
-    ``alloc_front``: the front of alloc_buffer_block (placement lines, alloc_buffer_block_front)."""
+    ``alloc_front``: the front of alloc_buffer_block (placement lines, alloc_buffer_block_front);
+    ``block_life``: the series' lines of the block life cycle (placement lines, block_life_lines)."""
     work.mkdir(parents=True, exist_ok=True)
     if line in PLACEMENT_LINES:
-        if alloc_front is None:
-            raise build.CompileError(f"{line}: the front of alloc_buffer_block is needed (alloc_buffer_block_front)")
+        if alloc_front is None or block_life is None:
+            raise build.CompileError(f"{line}: the front of alloc_buffer_block and the block life cycle's lines "
+                                     "are needed (alloc_buffer_block_front, block_life_lines)")
         (work / "alloc_front.inc").write_text(alloc_front, encoding="utf-8")
+        for name, text in block_life.items():
+            (work / name).write_text(text, encoding="utf-8")
     includes = [f"-I{tree / 'aten' / 'src'}", f"-I{build.INCLUDE}", f"-I{MPS_STAND_INS}", f"-I{work}",
                 "-isystem", str(wheel_include)]
     defines = [f"-DINTELMAC_TEST_PLACEMENT={int(line in PLACEMENT_LINES)}",

@@ -139,13 +139,15 @@ def allocator(line: str, fake_lib: Path, factory: pytest.TempPathFactory) -> cty
     upstream_mm = None
     if line == "2.6.0":
         upstream_mm = conftest.patched_260_file("aten/src/ATen/mps/MPSAllocator.mm", series, work / "mm")
-    front = None
+    front = block_life = None
     if line in alloc_build.PLACEMENT_LINES:
         hooks = next(p for p in catalog.load().line(line).patches if p.name == HOOKS)
         front = alloc_build.alloc_buffer_block_front(series, hooks)
+        block_life = alloc_build.block_life_lines(series, hooks)
     path = alloc_build.allocator_library(line, lt.tree, lt.wheel_include, objc_lines.cxx_standard(line),
                                          fake_lib, conftest.torch_lib_dir(), work / "build",
-                                         upstream_allocator_mm=upstream_mm, alloc_front=front)
+                                         upstream_allocator_mm=upstream_mm, alloc_front=front,
+                                         block_life=block_life)
     lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
     lib.alloc_pool_request.restype = ctypes.c_char_p
     lib.alloc_pool_request.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int,
@@ -161,6 +163,7 @@ def allocator(line: str, fake_lib: Path, factory: pytest.TempPathFactory) -> cty
         lib.life_alloc.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_int, ctypes.c_int]
         lib.life_free.argtypes = [ctypes.c_int]
         lib.life_stats.restype = ctypes.c_char_p
+        lib.life_refused.restype = ctypes.c_char_p
         lib.alloc_place_requests.restype = ctypes.c_char_p
         lib.alloc_place_requests.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64),
                                              ctypes.c_int, ctypes.c_int]
@@ -383,8 +386,10 @@ REFILL_SIZES = [4 << 10, MIB, 8 * MIB, 24 * MIB, 40 * MIB, 3 * MIB]
 
 def _pressure(lib: ctypes.CDLL, gpu: dict[str, Any]) -> dict[str, Any]:
     """Fill the device with pinned memory, free in a mixed order, fill again with mixed
-    sizes on two streams, then free everything: what the allocator counted against what
-    the device held after each phase."""
+    sizes (on two streams on an Apple GPU; elsewhere the allocator serves the default one
+    only: test_no_memory_for_a_second_stream_off_apple_gpus), then free everything: what
+    the allocator counted against what the device held after each phase."""
+    streams = 2 if "Apple1" in gpu["families"] else 1
     lib.life_begin(gpu["registry_id"])
     stats = lambda: json.loads(lib.life_stats())  # noqa: E731
     out: dict[str, Any] = {"phases": {}}
@@ -398,7 +403,7 @@ def _pressure(lib: ctypes.CDLL, gpu: dict[str, Any]) -> dict[str, Any]:
     out["phases"]["freed_mixed"] = stats()
     refill_end = 0
     for i in range(400):
-        refill_end = lib.life_alloc(REFILL_SIZES[i % len(REFILL_SIZES)], SHARED, 0, i % 2)
+        refill_end = lib.life_alloc(REFILL_SIZES[i % len(REFILL_SIZES)], SHARED, 0, i % streams)
         if refill_end < 0:
             break
     out["refill_end"] = refill_end
@@ -413,7 +418,7 @@ def test_pinned_memory_under_pressure(line: str, gpu: str, metal: FakeMetal, fak
                                       tmp_path_factory: pytest.TempPathFactory) -> None:
     """On a device whose memory ends at its working set, pinned memory (malloc_host: the
     scalar pool off Apple GPUs) fills it, is freed in a mixed order and fills it again with
-    other sizes from two streams. After each phase the allocator counts exactly what the
+    other sizes (from two streams on an Apple GPU). After each phase the allocator counts exactly what the
     device holds; each fill ends in the out-of-memory check, never a nil placement (where
     upstream asserts).
 
@@ -441,3 +446,149 @@ def test_pinned_memory_under_pressure(line: str, gpu: str, metal: FakeMetal, fak
         assert phases["full"]["max_total"] == device["recommended_working_set"], got  # rule 8
         assert phases["full"]["scalar_min_split"] == 2**64 - 1, got  # rule 7
     assert metal.violations() == [], got
+
+
+# A small request never holds a large block (issue 42). The block life cycle is the same as
+# in the pressure test: the exact header's pools, heaps and blocks with the series' hooks,
+# the series' own lines of MPSAllocator.mm (the front of alloc_buffer_block, split_free_block's
+# guard, coalesce_free_blocks' return) cut from the patch, and the rest mirrored from the
+# dated candidate (BlockLife in alloc/alloc_harness.mm).
+#: Where rule 7a applies. On an Apple GPU the pool splits blocks as upstream does, and a full
+#: device has no room for the scalar pool's first heap beside the large pool's partly free
+#: ones (upstream's pools lend each other nothing), so the probe there is upstream's business.
+OFF_APPLE = [(line, gpu) for line in alloc_build.PLACEMENT_LINES for gpu in ("intel", "amd")]
+TINY_PINNED = 4 << 10
+SCALAR_BYTES = 8
+REUSE_SLACK_DIVISOR = 32  # MPSStoragePolicy.h kReuseSlackDivisor (rule 7a)
+
+
+def _fill(lib: ctypes.CDLL, gpu: dict[str, Any]) -> list[int]:
+    """The device filled with 24 MiB pinned blocks until the allocator reports out of memory."""
+    lib.life_begin(gpu["registry_id"])
+    filled = []
+    while (handle := lib.life_alloc(PINNED_FILL, SHARED, 0, 0)) >= 0 and len(filled) < 400:
+        filled.append(handle)
+    assert handle == -1 and len(filled) > 10, (handle, len(filled))
+    return filled
+
+
+def _over_the_bound(stats: dict[str, Any]) -> list[list[int]]:
+    """Live blocks larger than the request they serve by more than rule 7a allows."""
+    return [[size, asked] for size, asked in stats["live"] if size - asked > asked // REUSE_SLACK_DIVISOR]
+
+
+def _probe(lib: ctypes.CDLL, gpu: dict[str, Any]) -> dict[str, Any]:
+    """The issue's probe on a full device: ten 24 MiB pinned blocks freed, then 5 scalars of
+    8 bytes and 5 pinned tensors of 4 KiB held, then one more 24 MiB pinned request."""
+    filled = _fill(lib, gpu)
+    for handle in filled[:10]:
+        lib.life_free(handle)
+    small = []
+    for _ in range(5):
+        small.append(lib.life_alloc(SCALAR_BYTES, SCALAR, 1, 0))  # allocScalarBufferWithValue
+        small.append(lib.life_alloc(TINY_PINNED, SHARED, 0, 0))   # malloc_host: pinned memory
+    held = json.loads(lib.life_stats())
+    next_large = lib.life_alloc(PINNED_FILL, SHARED, 0, 0)
+    after = json.loads(lib.life_stats())
+    lib.life_end()
+    return {"small": small, "held": held, "next_large": next_large, "after": after,
+            "end": json.loads(lib.life_stats())}
+
+
+def _check_accounting(stats: dict[str, Any], where: object) -> None:
+    assert stats["nil_placements"] == 0, (where, stats)
+    assert stats["heaps_total"] == stats["device_allocated"], (where, stats)
+
+
+@pytest.mark.parametrize(("line", "gpu"), OFF_APPLE)
+def test_small_requests_never_hold_a_large_free_block(line: str, gpu: str, metal: FakeMetal, fake_metal_lib: Path,
+                                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The issue's probe: with ten freed 24 MiB pinned blocks cached on a full device, 5
+    scalars of 8 bytes and 5 pinned tensors of 4 KiB each hold a block at most 1/32 larger
+    than they asked for (rule 7a), so the next 24 MiB pinned request is served, on a
+    pretend UHD 630 and Radeon Pro 5500M, and the allocator counts exactly what the device
+    holds. Seen failing with 2.14.1's and 2.15.0's
+    0009 as before issue 42 (no split_free_block guard): off Apple GPUs the ten small
+    requests took the ten free 24 MiB blocks whole, and the 24 MiB request ran out of memory."""
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    metal.fake_metal_clear_records()
+    got = _probe(lib, PRESSURE_GPUS[gpu])
+    assert min(got["small"]) >= 0, got
+    assert got["next_large"] >= 0, f"the next 24 MiB request: {got['next_large']}; held: {got['held']['live']}"
+    assert _over_the_bound(got["held"]) == [], got
+    for where in ("held", "after", "end"):
+        _check_accounting(got[where], where)
+    assert got["end"]["heaps_total"] == 0, got
+    assert metal.violations() == [], got
+
+
+def _dataloader(lib: ctypes.CDLL, gpu: dict[str, Any], steps: int = 24, lag: int = 3) -> dict[str, Any]:
+    """DataLoader-shaped use of a device left with room for three 24 MiB batches: each step
+    drops the pinned batch the GPU took, makes one scalar (freed `lag` steps later, as the
+    scalar pool frees on completion) and pins the next batch of the same size."""
+    filled = _fill(lib, gpu)
+    for handle in filled[:3]:
+        lib.life_free(handle)
+    out: dict[str, Any] = {"worst": [], "ends": []}
+    batch = lib.life_alloc(PINNED_FILL, SHARED, 0, 0)
+    scalars: list[int] = []
+    for step in range(steps):
+        lib.life_free(batch)
+        scalars.append(lib.life_alloc(SCALAR_BYTES, SCALAR, 1, 0))
+        if len(scalars) > lag:
+            lib.life_free(scalars.pop(0))
+        batch = lib.life_alloc(PINNED_FILL, SHARED, 0, 0)
+        stats = json.loads(lib.life_stats())
+        out["ends"].append(min(batch, scalars[-1]))
+        out["worst"] += _over_the_bound(stats)
+        _check_accounting(stats, step)
+        if batch < 0:
+            break
+    out["last"] = json.loads(lib.life_stats())
+    lib.life_end()
+    return out
+
+
+@pytest.mark.parametrize(("line", "gpu"), OFF_APPLE)
+def test_pinned_batches_and_scalars_share_a_full_device(line: str, gpu: str, metal: FakeMetal, fake_metal_lib: Path,
+                                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A DataLoader's pattern (pinned batches of one size, freed and reused, with scalars in
+    between) runs for every step in the room of three batches, every block within rule 7a's
+    bound, the accounting exact. Seen failing without the split_free_block guard: off Apple
+    GPUs each scalar took the batch freed just before it whole, and by the third step the
+    next batch ran out of memory."""
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    metal.fake_metal_clear_records()
+    got = _dataloader(lib, PRESSURE_GPUS[gpu])
+    assert len(got["ends"]) == 24 and min(got["ends"]) >= 0, got
+    assert got["worst"] == [], got
+    assert metal.violations() == [], got
+
+
+@pytest.mark.parametrize(("line", "gpu"), [(line, gpu) for line in alloc_build.PLACEMENT_LINES for gpu in GPUS])
+def test_no_memory_for_a_second_stream_off_apple_gpus(line: str, gpu: str, metal: FakeMetal, fake_metal_lib: Path,
+                                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What the private torch._C._mps_setStream leaves current (a pool stream, past every
+    check of rule 9) gets no memory off Apple GPUs: alloc_buffer_block, as the series leaves
+    it, raises rule 9's message (rule 9a), so no block moves to another stream and no fresh
+    buffer is placed on a standalone heap. The default stream is served as before; an
+    Apple GPU serves both. Seen failing without the check in alloc_buffer_block: the
+    request on the second stream was served."""
+    lib = allocator(line, fake_metal_lib, tmp_path_factory)
+    device = PRESSURE_GPUS[gpu]
+    lib.life_begin(device["registry_id"])
+    on_second = [lib.life_alloc(TINY_PINNED, SHARED, 0, 1), lib.life_alloc(SCALAR_BYTES, SCALAR, 1, 1),
+                 lib.life_alloc(64 * MIB, 0, 1, 1)]
+    refused = lib.life_refused().decode()
+    on_default = lib.life_alloc(TINY_PINNED, SHARED, 0, 0)
+    stats = json.loads(lib.life_stats())
+    lib.life_end()
+    assert on_default >= 0, stats
+    _check_accounting(stats, "default")
+    if gpu == "apple":
+        assert min(on_second) >= 0, on_second
+    else:
+        assert on_second == [-3, -3, -3], on_second
+        assert refused.startswith("torch.mps: streams other than the default one are not supported on "
+                                  f"{device['name']}: "), refused
+        assert len(stats["live"]) == 1, stats

@@ -48,6 +48,23 @@ int main() {
                     "\"upstream\": %d, \"never\": %d}\n",
                     apple, unified, cpu_visible, split == mib, split == storage::kNeverSplit);
       }
+      // rule 7a: a 24 MiB block for an 8-byte scalar's 256 bytes, a 4 KiB request, 24 MiB itself;
+      // blocks just within and just past 1/32 of the request
+      for (bool cpu_visible : {false, true}) {
+        for (std::size_t request : {std::size_t{256}, std::size_t{4096}, 24 * mib}) {
+          for (std::size_t block : {request, request + request / 32, request + request / 32 + 1, 24 * mib, 2 * request}) {
+            std::printf("{\"kind\": \"reuse\", \"apple\": %d, \"unified\": %d, \"cpu_visible\": %d, "
+                        "\"request\": %zu, \"block\": %zu, \"may_serve\": %d}\n",
+                        apple, unified, cpu_visible, request, block,
+                        storage::cpu_pool_block_may_serve(gpu, cpu_visible, block, request));
+          }
+        }
+      }
+      for (bool on_default : {false, true}) {
+        std::printf("{\"kind\": \"stream_alloc\", \"apple\": %d, \"unified\": %d, \"on_default\": %d, "
+                    "\"may_allocate\": %d}\n",
+                    apple, unified, on_default, storage::stream_may_allocate(gpu, on_default));
+      }
     }
   }
   // the refusal's text, as JSON (the name holds no character JSON escapes)

@@ -7,7 +7,8 @@ there. Seen failing once: with rule 3 switched off in plan_heap (a shared heap r
 passed through as a heap), test_no_cpu_visible_heap_off_apple_gpus failed at its first row
 (an AMD GPU's shared heap). Rule 9 (streams): with stream_may_become_current returning true
 and one clause of stream_refused_message reworded, its two tests failed; against the 0008
-of 7bf3d83 (no rule 9) the driver does not compile.
+of 7bf3d83 (no rule 9) the driver does not compile. Rules 7a and 9a (issue 42): with
+cpu_pool_block_may_serve and stream_may_allocate returning true, their tests failed.
 """
 
 from __future__ import annotations
@@ -120,6 +121,29 @@ def test_cpu_visible_pools_never_split_off_apple_gpus(rows: list[dict[str, Any]]
     for r in rows:
         never = r["cpu_visible"] and not r["apple"]
         assert r["never"] == never and r["upstream"] == (not never), r
+
+
+def test_a_never_split_block_serves_only_a_request_near_its_size(rows: list[dict[str, Any]]) -> None:
+    """Rule 7a (issue 42): off Apple GPUs a block of a pool that never splits serves a request
+    only when it is at most 1/32 larger (upstream's 32 buckets per power of two), so an
+    8-byte scalar or a 4 KiB pinned tensor never holds a freed 24 MiB block; other pools and
+    Apple GPUs take any block, as upstream does."""
+    rows = _of(rows, "reuse")
+    assert len(rows) == 4 * 2 * 3 * 5
+    for r in rows:
+        bounded = r["cpu_visible"] and not r["apple"]
+        within = r["block"] - r["request"] <= r["request"] // 32
+        assert r["may_serve"] == (within or not bounded), r
+    assert any(not r["may_serve"] for r in rows if r["request"] == 256 and r["block"] == 24 * MIB)
+
+
+def test_only_the_default_stream_gets_memory_off_apple_gpus(rows: list[dict[str, Any]]) -> None:
+    """Rule 9a: what a route past rule 9 made current (2.14.1's and 2.15.0's private
+    torch._C._mps_setStream) gets no memory off Apple GPUs."""
+    rows = _of(rows, "stream_alloc")
+    assert len(rows) == 8
+    for r in rows:
+        assert r["may_allocate"] == (r["apple"] or r["on_default"]), r
 
 
 def test_only_the_default_stream_may_become_current_off_apple_gpus(rows: list[dict[str, Any]]) -> None:

@@ -231,6 +231,25 @@ void MPSHeapAllocatorImpl::emptyCache() {}
 
 #if INTELMAC_TEST_PLACEMENT
 namespace {
+// The current stream of the block-life allocator below (an opaque pointer, as upstream
+// compares streams) and the default one: life_alloc's stream 0.
+at::mps::MPSStream* const kDefaultStream = reinterpret_cast<at::mps::MPSStream*>(uintptr_t{0x1000});
+at::mps::MPSStream* g_current_stream = kDefaultStream;
+} // namespace
+
+// What the series' lines cut from the patch (alloc_front.inc) call for the streams.
+namespace at::mps {
+MPSStream* getCurrentMPSStream() {
+  return g_current_stream;
+}
+MPSStream* getDefaultMPSStream() {
+  return kDefaultStream;
+}
+} // namespace at::mps
+
+namespace {
+using at::mps::getCurrentMPSStream;
+using at::mps::getDefaultMPSStream;
 
 // The front of 2.14.1/2.15.0's MPSHeapAllocatorImpl::alloc_buffer_block, where a request
 // gets its pool and its size, with the members it uses. The front itself
@@ -287,19 +306,33 @@ struct AllocatorFront {
 
 // The life of blocks in one allocator (issue 35): mirrors, in our words, of the dated
 // candidate's alloc_heap, split_free_block, merge_free_blocks/coalesce_free_blocks,
-// free_buffer, release_free_heaps and alloc_buffer_block's retries up to its
-// out-of-memory check (release lines 183-516 of 2.15.0, 183-482 of 2.14.1:
+// get_free_buffer, free_buffer, release_free_heaps and alloc_buffer_block's retries up to
+// its out-of-memory check (release lines 183-516 of 2.15.0, 183-482 of 2.14.1:
 // docs/mps-device-policy.md), over the exact header's BufferPool, HeapBlock and BufferBlock
-// with the series' hooks (poolUsage, poolMinSplit, newAllocatorHeap) and the series' own
-// front of alloc_buffer_block. The stream is an opaque pointer, as upstream compares it.
+// with the series' hooks (poolUsage, poolMinSplit, newAllocatorHeap). The series' own lines
+// in MPSAllocator.mm run as the series leaves them, cut from the line's patch at build time
+// (alloc_build): the front of alloc_buffer_block (alloc_front.inc), split_free_block's
+// guard (split_guard.inc) and the line coalesce_free_blocks returns with
+// (coalesce_return.inc). The stream is an opaque pointer, as upstream compares it.
 struct BlockLife {
   AllocatorFront front;
   id<MTLDevice> device;
   size_t max_total;        // m_max_total_allowed_size: the high watermark ratio times the working set
   size_t heaps_total = 0;  // m_total_allocated_memory: the sizes of the pools' heaps
   int nil_placements = 0;  // where upstream's TORCH_INTERNAL_ASSERT(block->buffer) fires
-  at::mps::MPSStream* stream = nullptr;
+  std::string refused;     // the last error alloc_buffer_block raised (TORCH_CHECK)
   std::vector<BufferBlock*> live;
+  std::vector<size_t> asked; // the size each live block was allocated for (params.size())
+
+  // The part of AllocParams these members read and write.
+  struct Params {
+    size_t alloc_size;
+    BufferPool* pool;
+    BufferBlock* buffer_block = nullptr;
+    size_t size() const {
+      return alloc_size;
+    }
+  };
 
   BlockLife(id<MTLDevice> d, double high_watermark_ratio)
       : front(d),
@@ -315,7 +348,7 @@ struct BlockLife {
   void place(BufferPool& pool, BufferBlock* b) {
     b->buffer = b->heap->newMTLBuffer(b->size, pool.usage, b->offset);
     nil_placements += b->buffer == nil;
-    b->stream = stream;
+    b->stream = getCurrentMPSStream();
   }
   void unplace(BufferBlock* b) {
     if (b->buffer != nil) {
@@ -324,31 +357,36 @@ struct BlockLife {
     b->stream = nullptr;
   }
 
-  // A block of `size` cut from the free block `b`; a remainder of at least min_split stays
-  // free, and the buffer is placed again when the range changes or changes stream.
-  BufferBlock* split(BufferPool& pool, BufferBlock* b, size_t size) {
-    HeapBlock* heap = b->heap;
-    pool.available_buffers.erase(b);
-    pool.available_size -= b->size;
-    heap->free_bytes -= b->size;
-    const size_t rest = b->size - size;
-    if (rest >= pool.min_split || b->stream != stream) {
-      unplace(b);
+  // split_free_block: a block of params.size() cut from the free block `block`; a remainder
+  // of at least min_split stays free, and the buffer is placed again when the range changes
+  // or changes stream. nullptr: the series' guard refused the block, before any change.
+  BufferBlock* split(Params& params, BufferBlock* block) {
+    BufferPool& pool = *params.pool;
+    HeapBlock* heap = block->heap;
+    const size_t block_size = block->size;
+    const size_t alloc_size = params.size();
+#include "split_guard.inc"
+    pool.available_buffers.erase(block);
+    pool.available_size -= block_size;
+    heap->free_bytes -= block_size;
+    const size_t rest = block_size - alloc_size;
+    if (rest >= pool.min_split || block->stream != getCurrentMPSStream()) {
+      unplace(block);
     }
     if (rest >= pool.min_split) {
-      auto* remainder = new BufferBlock(rest, b->offset + size, heap);
-      remainder->next = b->next;
-      b->next = remainder;
-      b->size = size;
+      auto* remainder = new BufferBlock(rest, block->offset + alloc_size, heap);
+      remainder->next = block->next;
+      block->next = remainder;
+      block->size = alloc_size;
       pool.available_buffers.insert(remainder);
       pool.available_size += rest;
       heap->free_bytes += rest;
     }
-    if (b->buffer == nil) {
-      place(pool, b);
+    if (block->buffer == nil) {
+      place(pool, block);
     }
     heap->max_free_run = std::min(heap->max_free_run, heap->free_bytes);
-    return b;
+    return block;
   }
 
   BufferBlock* merge(BufferPool& pool, BufferBlock* first, BufferBlock* last) {
@@ -373,69 +411,78 @@ struct BlockLife {
     return first;
   }
 
-  BufferBlock* coalesce(BufferPool& pool, size_t size) {
+  bool coalesce(Params& params) {
+    BufferPool& pool = *params.pool;
+    const size_t alloc_size = params.size();
     for (HeapBlock* heap : pool.heaps) {
-      if (heap->max_free_run < size) {
+      if (heap->max_free_run < alloc_size) {
         continue;
       }
-      size_t largest = 0, run = 0, mergeable = 0;
+      size_t largest = 0, run = 0, merge_run = 0;
       BufferBlock* first = nullptr;
       for (BufferBlock* b = heap->first_block; b != nullptr; b = b->next) {
         if (b->in_use) {
-          run = mergeable = 0;
+          run = merge_run = 0;
           first = nullptr;
           continue;
         }
         run += b->size;
         largest = std::max(largest, run);
         if (!idle(b)) {
-          mergeable = 0;
+          merge_run = 0;
           first = nullptr;
           continue;
         }
         first = first != nullptr ? first : b;
-        mergeable += b->size;
-        if (mergeable >= size) {
-          return split(pool, merge(pool, first, b), size);
+        merge_run += b->size;
+        if (merge_run >= alloc_size) {
+          params.buffer_block = split(params, merge(pool, first, b));
+#include "coalesce_return.inc"
         }
       }
       heap->max_free_run = largest;
     }
-    return nullptr;
+    return false;
   }
 
-  // A cached block: the smallest of this stream's that fits without leaving a split-worthy
-  // remainder, else the smallest of any stream whose range no command buffer holds.
-  BufferBlock* get_free(BufferPool& pool, size_t size, bool in_flight_ok) {
-    if (device_allocated() + size > max_total) {
-      return nullptr;
+  // get_free_buffer: the smallest of this stream's cached blocks that fits without leaving
+  // a split-worthy remainder, else the smallest of any stream whose range no command buffer
+  // holds, else adjacent free ranges merged; each time only if split_free_block takes it.
+  bool get_free(Params& params, bool in_flight_ok) {
+    if (device_allocated() + params.size() > max_total) {
+      return false;
     }
+    BufferPool& pool = *params.pool;
+    const size_t size = params.size();
     BufferBlock key(size);
     for (auto it = pool.available_buffers.lower_bound(&key); it != pool.available_buffers.end(); ++it) {
       BufferBlock* b = *it;
-      if (b->stream != stream) {
+      if (b->stream != getCurrentMPSStream()) {
         continue;
       }
       if (b->buffer != nil && b->size - size < pool.min_split && (in_flight_ok || [b->buffer retainCount] == 1)) {
-        return split(pool, b, size);
+        params.buffer_block = split(params, b);
       }
       break;
     }
-    auto it = pool.available_buffers.lower_bound(&key);
-    if (it != pool.available_buffers.end() && idle(*it)) {
-      return split(pool, *it, size);
+    if (params.buffer_block == nullptr) {
+      auto it = pool.available_buffers.lower_bound(&key);
+      if (it != pool.available_buffers.end() && idle(*it)) {
+        params.buffer_block = split(params, *it);
+      }
     }
-    return coalesce(pool, size);
+    return params.buffer_block != nullptr || coalesce(params);
   }
 
-  BufferBlock* alloc_heap(BufferPool& pool, size_t size, size_t requested, bool ordered) {
-    if (device_allocated() + size > max_total) {
-      return nullptr;
+  bool alloc_heap(Params& params, size_t requested, bool ordered) {
+    if (device_allocated() + params.size() > max_total) {
+      return false;
     }
-    AllocParams params(size, requested, &pool, ordered);
-    HeapBlock* heap = HeapBlock::createHeapBlock(params, device, pool.usage);
+    BufferPool& pool = *params.pool;
+    AllocParams upstream_params(params.size(), requested, &pool, ordered);
+    HeapBlock* heap = HeapBlock::createHeapBlock(upstream_params, device, pool.usage);
     if (heap == nullptr) {
-      return nullptr;
+      return false;
     }
     heaps_total += heap->total_size;
     pool.heaps.insert(heap);
@@ -443,7 +490,8 @@ struct BlockLife {
     heap->first_block = block;
     pool.available_buffers.insert(block);
     pool.available_size += heap->total_size;
-    return split(pool, block, size);
+    params.buffer_block = split(params, block);
+    return true;
   }
 
   // Whole free heaps, oldest first, until `target` bytes are given back.
@@ -489,32 +537,38 @@ struct BlockLife {
   }
 
   // alloc_buffer_block: the cache, a new heap, the pool's free heaps given back, every
-  // pool's, then out of memory. -1: out of memory; -2: a placement came back nil.
+  // pool's, then out of memory. -1: out of memory; -2: a placement came back nil; -3: the
+  // allocator raised (refused, the error in `refused`).
   int alloc(size_t size, uint32_t usage, bool ordered) {
     size_t alloc_size = 0;
-    BufferPool& pool = front.front(size, usage, ordered, alloc_size);
+    BufferPool* chosen = nullptr;
+    try {
+      chosen = &front.front(size, usage, ordered, alloc_size);
+    } catch (const c10::Error& error) {
+      refused = error.what_without_backtrace();
+      return -3;
+    }
+    BufferPool& pool = *chosen;
     const int nil_before = nil_placements;
-    BufferBlock* b = get_free(pool, alloc_size, ordered);
-    if (b == nullptr) {
-      b = alloc_heap(pool, alloc_size, size, ordered);
-    }
-    if (b == nullptr && release_free_heaps(pool, alloc_size) > 0) {
-      b = alloc_heap(pool, alloc_size, size, ordered);
-    }
-    if (b == nullptr) {
+    Params params{alloc_size, &pool};
+    bool found = get_free(params, ordered);
+    found = found || alloc_heap(params, size, ordered);
+    found = found || (release_free_heaps(pool, alloc_size) > 0 && alloc_heap(params, size, ordered));
+    if (!found) {
       release_all();
-      b = get_free(pool, alloc_size, ordered);
-      b = b != nullptr ? b : alloc_heap(pool, alloc_size, size, ordered);
+      found = get_free(params, ordered) || alloc_heap(params, size, ordered);
     }
     if (nil_placements != nil_before) {
       return -2;
     }
-    if (b == nullptr) {
+    BufferBlock* b = params.buffer_block;
+    if (!found || b == nullptr) {
       return -1;
     }
     b->in_use = true;
     b->requested_size = size;
     live.push_back(b);
+    asked.push_back(alloc_size);
     return static_cast<int>(live.size()) - 1;
   }
 
@@ -607,11 +661,18 @@ void life_begin(uint64_t registry_id) {
 }
 
 // A request on stream `stream` (an opaque id): its handle, -1 out of memory, -2 a nil placement.
+// -3: the allocator refused it (life_refused says why).
 int life_alloc(uint64_t size, uint32_t usage, int stream_ordered, int stream) {
   @autoreleasepool {
-    g_life->stream = reinterpret_cast<at::mps::MPSStream*>(static_cast<uintptr_t>(0x1000 + stream));
-    return g_life->alloc(size, usage, stream_ordered != 0);
+    g_current_stream = reinterpret_cast<at::mps::MPSStream*>(static_cast<uintptr_t>(0x1000 + stream));
+    const int handle = g_life->alloc(size, usage, stream_ordered != 0);
+    g_current_stream = kDefaultStream;
+    return handle;
   }
+}
+
+const char* life_refused() {
+  return give(g_life->refused);
 }
 
 void life_free(int handle) {
@@ -624,7 +685,17 @@ const char* life_stats() {
       ", \"device_allocated\": " + std::to_string(g_life->device_allocated()) +
       ", \"max_total\": " + std::to_string(g_life->max_total) +
       ", \"nil_placements\": " + std::to_string(g_life->nil_placements) +
-      ", \"scalar_min_split\": " + std::to_string(g_life->front.scalar.min_split) + "}";
+      ", \"scalar_min_split\": " + std::to_string(g_life->front.scalar.min_split) + ", \"live\": [";
+  // each block still held: its size and the size it was allocated for
+  bool first = true;
+  for (size_t i = 0; i < g_life->live.size(); ++i) {
+    if (g_life->live[i] != nullptr) {
+      json += std::string(first ? "" : ", ") + "[" + std::to_string(g_life->live[i]->size) + ", " +
+          std::to_string(g_life->asked[i]) + "]";
+      first = false;
+    }
+  }
+  json += "]}";
   return give(json);
 }
 

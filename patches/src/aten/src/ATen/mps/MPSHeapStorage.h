@@ -98,6 +98,23 @@ size_t poolMinSplit(id<MTLDevice> device, uint32_t pool_usage, size_t upstream_m
   return storage::cpu_pool_min_split(storageGpu(device), (pool_usage & Flags::SHARED) != 0, upstream_min_split);
 }
 
+// Whether split_free_block may hand out the free block of `block_size` bytes for a
+// request of `request_size` from a BufferPool of `pool_usage`, on lines whose heaps are
+// placement heaps (2.14.1, 2.15.0): always, except in a pool that stays CPU-visible
+// on a GPU that is not an Apple GPU, whose blocks poolMinSplit() keeps whole: there
+// only a block at most 1/32 larger than the request (MPSStoragePolicy.h rule 7a).
+// Otherwise split_free_block returns nullptr, and the request gets a heap of its size.
+template <typename Flags>
+bool poolBlockMayServe(id<MTLDevice> device, uint32_t pool_usage, size_t block_size, size_t request_size) {
+  return storage::cpu_pool_block_may_serve(storageGpu(device), (pool_usage & Flags::SHARED) != 0, block_size,
+                                           request_size);
+}
+
+// Called by alloc_buffer_block (2.14.1, 2.15.0) before it serves a request: raises
+// (TORCH_CHECK, stream_refused_message) on a GPU that is not an Apple GPU when a stream
+// other than the default one is current (MPSStoragePolicy.h rule 9a).
+TORCH_API void checkAllocationStream(id<MTLDevice> device, bool on_default_stream);
+
 // The allocator's default low watermark ratio on `device` (MPSStoragePolicy.h rule 6).
 TORCH_API double defaultLowWatermarkRatio(id<MTLDevice> device, double upstream_default);
 

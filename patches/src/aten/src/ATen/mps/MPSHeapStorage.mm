@@ -258,6 +258,14 @@ double defaultHighWatermarkRatio(id<MTLDevice> device, double upstream_default) 
   return storage::default_high_watermark_ratio(storageGpu(device), upstream_default);
 }
 
+void checkAllocationStream(id<MTLDevice> device, bool on_default_stream) {
+  if (on_default_stream) {
+    return; // every allocation but those of a second stream: no device fact needed
+  }
+  TORCH_CHECK(storage::stream_may_allocate(storageGpu(device), on_default_stream),
+              storage::stream_refused_message(std::string([[device name] UTF8String])));
+}
+
 void checkStreamCanBeCurrent(int64_t stream_id, int64_t default_stream_id) {
   if (stream_id == default_stream_id) {
     return; // the default stream is current again (a guard's restore, too): no device needed

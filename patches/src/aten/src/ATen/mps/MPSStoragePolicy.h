@@ -78,6 +78,21 @@
 //        buffer is the heap's own: what the allocator counts is what Metal
 //        holds, and a refusal can only come when a heap is made, where upstream
 //        releases its cache, retries and then raises its out-of-memory error.
+//   cpu_pool_block_may_serve(gpu, pool_stays_cpu_visible, block_size, request_size)
+//     7a. In a pool rule 7 keeps from splitting, a free block serves a request
+//        only when it exceeds the request by at most 1/kReuseSlackDivisor (1/32)
+//        of the request; otherwise the request gets a heap of its own size (upstream's
+//        alloc_heap), and the free blocks stay cached until the pool needs their
+//        memory: before upstream reports out of memory it gives back the free
+//        heaps of the pool, then of every pool, and retries. Unsplit, a block
+//        handed out is held whole, so without a bound an 8-byte scalar held a
+//        freed 24 MiB pinned block. The bound is upstream's own for its large
+//        pool: get_allocation_size rounds every large request up to the next of
+//        32 buckets per power of two (kLargeBucketShift = 5), so that a freed
+//        buffer up to 1/32 larger is reused instead of stranding a new heap; no
+//        request here holds more than that. Upstream's other slack, a remainder
+//        below its min_split of 1 MiB taken whole, is absolute: it would let a
+//        scalar of 8 bytes hold 1 MiB. (2.14.1, 2.15.0: split_free_block.)
 //   default_high_watermark_ratio(gpu, upstream_default)
 //     8. On an Intel GPU (not an Apple GPU, with unified memory: of an Intel
 //        Mac's GPUs only the integrated one) the allocator's default limit is
@@ -99,6 +114,15 @@
 //        nothing to defer. stream_refused_message() says so, in the words of
 //        the Python check (torch/backends/mps/_memory.py check_stream; a test
 //        compares the two).
+//   stream_may_allocate(gpu, on_default_stream)
+//     9a. For the same reason the allocator serves no request made while a
+//        stream other than the default one is current, on a GPU that is not an
+//        Apple GPU (2.14.1 and 2.15.0: alloc_buffer_block). Routes that make a
+//        stream current without rule 9 (the private torch._C._mps_setStream,
+//        which calls setCurrentMPSStream in MPSStream.mm directly) get
+//        stream_refused_message() at their first allocation, and a block never
+//        moves to another stream there, which would place a fresh buffer on a
+//        standalone heap where Metal may refuse it (upstream asserts that).
 #pragma once
 
 #include <cstddef>
@@ -142,6 +166,10 @@ inline constexpr double kIntelHighWatermarkRatio = 1.0;
 inline constexpr double kIntelLowWatermarkRatio = 0.8;
 // A min_split no free block reaches: the block is never split (rule 7).
 inline constexpr std::size_t kNeverSplit = ~std::size_t{0};
+// The most a free block of a never-split pool may exceed the request it serves,
+// as a fraction of the request (rule 7a): upstream's 32 buckets per power of two
+// of large requests (get_allocation_size's kLargeBucketShift = 5).
+inline constexpr std::size_t kReuseSlackDivisor = 32;
 
 // Why CPU-visible memory is shared and not managed on a discrete GPU, for the
 // docs and the allocator's debug output. Managed storage keeps two copies: the
@@ -234,6 +262,22 @@ inline std::size_t cpu_pool_min_split(const Gpu& gpu, bool pool_stays_cpu_visibl
     return upstream_min_split;
   }
   return kNeverSplit;
+}
+
+// Whether a free block of `block_size` bytes may serve a request of
+// `request_size` (rule 7a). `pool_stays_cpu_visible` as for cpu_pool_min_split.
+inline bool cpu_pool_block_may_serve(const Gpu& gpu, bool pool_stays_cpu_visible, std::size_t block_size,
+                                     std::size_t request_size) {
+  if (gpu.apple_gpu || !pool_stays_cpu_visible || block_size <= request_size) {
+    return true;
+  }
+  return block_size - request_size <= request_size / kReuseSlackDivisor;
+}
+
+// Whether the allocator serves a request made while `on_default_stream` is
+// false, i.e. another MPS stream is current (rule 9a).
+inline bool stream_may_allocate(const Gpu& gpu, bool on_default_stream) {
+  return gpu.apple_gpu || on_default_stream;
 }
 
 // Whether the stream `stream_id` may become the current MPS stream (rule 9).
