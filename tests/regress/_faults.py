@@ -592,7 +592,7 @@ def _stall_mode(device: str, names: list[str]) -> Any:
 
 
 STALL_AFTER = 60  # convolution calls: a few steps in
-STALL_SECONDS = 3.0
+STALL_SECONDS = 5.0
 REGIME_FAULTS: dict[str, tuple[Callable[[str, list[str]], Any], str]] = {
     **{n: (_grid_mode, "grid") for n in GRID_CLASS},
     **{n: (_reports_mode, "reports") for n in (
