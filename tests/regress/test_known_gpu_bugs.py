@@ -133,7 +133,7 @@ def test_row_check_fails_on_a_row_the_suite_does_not_have(
 
 def test_suite_rows_come_from_the_groups(suite_rows: set[tuple[str, str, str]]) -> None:
     groups = {g for g, _, _ in suite_rows}
-    assert groups == {"parity", "shapes", "reports", "sampling", "memory", "training", "kernels", "workloads"}
+    assert groups == {"parity", "shapes", "grid", "reports", "sampling", "memory", "training", "kernels", "workloads", "soak"}
     assert ("parity", "argmax", "int32") in suite_rows and ("sampling", "sampling.multinomial", "float32") in suite_rows
     assert ("parity", "nn.functional.linear", "float16") in suite_rows
     assert ("shapes", "shapes.softmax", "bfloat16") in suite_rows
