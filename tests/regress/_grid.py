@@ -343,13 +343,18 @@ def _binary(name: str, f: Fn, args: dict[str, Fn | Regime], int_dtypes: tuple[st
 def _row_reduction(name: str, f: Fn, *, args: dict[str, Fn | Regime], family: str = "reduction",
                    index: tuple[int, ...] = (), int_dtypes: tuple[str, ...] = ("int32",),
                    maker: Callable[..., torch.Tensor] = ints, out: Fn | None = None,
-                   extra_values: tuple[str, ...] = ("-inf row",), long: bool = True) -> Op:  # fmt: skip
-    """Reductions over the last dim of (rows, n): the path a kernel takes is the length."""
+                   extra_values: tuple[str, ...] = ("-inf row",), long: bool = True,
+                   scan: bool = False) -> Op:  # fmt: skip
+    """Reductions over the last dim of (rows, n): the path a kernel takes is the length. A
+    scan (`scan`) keeps its rows past 4097 to float32 and the integers: CUDA scans float16 in
+    float16, whose partial sums past 2048 round (the shapes group's tolerance says the same)."""
+    wide = ("float32", *int_dtypes) if scan else ()
     base = lambda g, t: (maker(g, t, 6, 257),)  # noqa: E731
     sizes: dict[str, Maker | Regime] = {}
     for n in (31, 33, 1025, 4097, (1 << 20) + 1):
         sizes[f"row of {n}" if n < 65536 else "row of 2^20+1"] = Regime(
-            "size", "", make=(lambda n: lambda g, t: (maker(g, t, 2, n),))(n), need=2 * n * 4)
+            "size", "", make=(lambda n: lambda g, t: (maker(g, t, 2, n),))(n), need=2 * n * 4,
+            dtypes=wide if n > 4097 else ())
     sizes["65537 rows of 33"] = lambda g, t: (maker(g, t, 65537, 33),)
     if long:
         # float32 (and int32): a float16 sum of 2^24 terms overflows or rounds away on the CPU itself.
@@ -387,7 +392,11 @@ def _sort(x: torch.Tensor, dim: int = -1, descending: bool = False, stable: bool
 def _topk(k: int, largest: bool = True, sorted: bool = True) -> Fn:
     def fn(x: torch.Tensor) -> Any:
         r = torch.topk(x, min(k, x.shape[-1]), -1, largest=largest, sorted=sorted)
-        return r.values, r.indices
+        if sorted:
+            return r.values, r.indices
+        # Unsorted: any order is right; sorted here (on each side) so that the k picked compare.
+        values, order = r.values.sort(dim=-1, descending=largest, stable=True)
+        return values, r.indices.gather(-1, order)
 
     return fn
 
@@ -587,7 +596,7 @@ def _declare() -> tuple[Op, ...]:  # noqa: PLR0915  # one table, read top to bot
     add = ops.append
 
     # elementwise
-    add(_binary("add", torch.add, {"alpha=-2.5": lambda a, b: torch.add(a, b, alpha=-2.5),
+    add(_binary("add", torch.add, {"alpha=-2.5 (-3 for integers)": lambda a, b: torch.add(a, b, alpha=-2.5 if a.is_floating_point() else -3),
                                    "scalar other": lambda a, b: torch.add(a, 3)}))  # fmt: skip
     add(_binary("sub", torch.sub, {"alpha=0.5": lambda a, b: torch.sub(a, b, alpha=0.5 if a.is_floating_point() else 2),
                                    "scalar other": lambda a, b: torch.sub(a, 3)}))  # fmt: skip
@@ -688,7 +697,7 @@ def _declare() -> tuple[Op, ...]:  # noqa: PLR0915  # one table, read top to bot
                                  "correction=2": (lambda f: lambda x: f(x, -1, correction=2))(f),
                                  "keepdim=True": (lambda f: lambda x: f(x, -1, keepdim=True))(f),
                                  "dim=0": (lambda f: lambda x: f(x, 0))(f)}))  # fmt: skip
-    add(_row_reduction("cumsum", lambda x: torch.cumsum(x, -1), out=lambda x, out: torch.cumsum(x, -1, out=out),
+    add(_row_reduction("cumsum", lambda x: torch.cumsum(x, -1), out=lambda x, out: torch.cumsum(x, -1, out=out), scan=True,
                        args={"dim=0": lambda x: torch.cumsum(x, 0), "dtype=float32": lambda x: torch.cumsum(x, -1, dtype=torch.float32)}))  # fmt: skip
     add(_row_reduction("logsumexp", lambda x: torch.logsumexp(x, -1), maker=randn, int_dtypes=(),
                        args={"dim=0": lambda x: torch.logsumexp(x, 0), "keepdim=True": lambda x: torch.logsumexp(x, -1, keepdim=True)}))  # fmt: skip
@@ -908,7 +917,9 @@ def _declare() -> tuple[Op, ...]:  # noqa: PLR0915  # one table, read top to bot
     add(Op("nn.functional.normalize", "norm", F.normalize, _x(64, 33), sizes={"rows of 65537": _x(3, 65537), "65537 rows of 33": _x(65537, 33)},
            values=_values(_x(64, 33), ("nan", "+inf", "-0.0")),
            arguments={"p=1": lambda x: F.normalize(x, p=1.0), "dim=0": lambda x: F.normalize(x, dim=0), "zero rows (eps, float32: 1e-12 is 0 in float16)": Regime("argument", "", make=lambda g, t: (torch.zeros(4, 33).to(t),), dtypes=("float32",))}))  # fmt: skip
-    add(_row_reduction("linalg.vector_norm", lambda x: torch.linalg.vector_norm(x, dim=-1), maker=ints, int_dtypes=(),
+    # Values in {-1, 0, 1}: the sum of squares of 2^24 + 3 of them stays exact in float32.
+    add(_row_reduction("linalg.vector_norm", lambda x: torch.linalg.vector_norm(x, dim=-1),
+                       maker=lambda g, t, *s: ints(g, t, *s, lo=-1, hi=2), int_dtypes=(),
                        args={"ord=1": lambda x: torch.linalg.vector_norm(x, 1, -1), "ord=inf": lambda x: torch.linalg.vector_norm(x, float("inf"), -1),
                              "ord=0": lambda x: torch.linalg.vector_norm(x, 0, -1), "ord=3": lambda x: torch.linalg.vector_norm(x / 8, 3, -1),
                              "keepdim=True": lambda x: torch.linalg.vector_norm(x, dim=-1, keepdim=True)}))  # fmt: skip
@@ -1073,7 +1084,7 @@ def _flat(obj: Any) -> list[Any]:
 
 def _row(p: Planned, status: str, **extra: Any) -> dict[str, Any]:
     row = {
-        "op": PREFIX + p.op.name, "family": p.op.family, "dtype": p.dtype, "check": "forward",
+        "op": PREFIX + p.op.name, "family": p.op.family, "dtype": p.dtype, "check": p.regime.label,
         "case": p.regime.label, "regime_class": p.regime.cls, "regime": p.regime.name,
         "status": status, "detail": "", "exact": p.op.exact, "max_abs_err": None, "seconds": 0.0,
     }  # fmt: skip

@@ -450,6 +450,8 @@ def console_summary(
         + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("shape_counts", {}).items())) or "none")
         + "; report cases: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("report_counts", {}).items())) or "none")
+        + "; grid rows: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("grid_counts", {}).items())) or "none")
     ]
     out += [
         f"  group {name}: {g['detail']}"
