@@ -163,7 +163,7 @@ def test_a_fault_planted_in_a_reports_row_is_named(tmp_path: Path) -> None:
     env["INTELMAC_REGRESS_PLANT_FAULT"] = "reports.sd_cross_attention,reports.cast_half_to_uint8"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(tmp_path),
-         "--no-parity", "--no-shapes", "--no-memory", "--no-training", "--no-workloads", "--no-patched"],
+         "--no-parity", "--no-shapes", "--no-memory", "--no-training", "--no-workloads", "--no-grid", "--no-patched"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     log = proc.stdout + proc.stderr
