@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
