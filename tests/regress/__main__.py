@@ -44,6 +44,7 @@ import torch
 from . import (
     _compat,
     _faults,
+    _grid,
     _kernels,
     _known,
     _memory,
@@ -54,6 +55,7 @@ from . import (
     _reports,
     _sampling,
     _shapes,
+    _soak,
     _stream,
     _training,
     _vision,
@@ -71,12 +73,12 @@ from ._device import (
 )
 
 UNEXPECTED = ("fail", "error", "hang", "gpu-error")
-GROUPS = ("parity", "shapes", "reports", "sampling", "memory", "training", "workloads", "patched", "kernels")
+GROUPS = ("parity", "shapes", "grid", "reports", "sampling", "memory", "training", "workloads", "patched", "kernels", "soak")
 # The report section each group's rows go to (the parity group's are "results").
 SECTIONS = {
     "parity": "results", "shapes": "shapes", "reports": "reports", "sampling": "sampling",
     "memory": "memory", "training": "training", "patched": "patched", "kernels": "kernels",
-    "workloads": "workloads",
+    "workloads": "workloads", "grid": "grid", "soak": "soak",
 }  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_FAULT_MISSED = 3
@@ -159,6 +161,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=list(_shapes.OPS),
         metavar="OP",
         help="only these ops in the shapes group (e.g. sum softmax)",
+    )
+    p.add_argument(
+        "--no-grid",
+        action="store_true",
+        help="skip the regime grid (every op at the sizes, values, arguments and layouts where "
+        "GPU kernels change path; tests/regress/_grid.py)",
+    )
+    p.add_argument(
+        "--grid-ops",
+        nargs="+",
+        default=None,
+        choices=[op.name for op in _grid.OPS],
+        metavar="OP",
+        help="only these ops in the regime grid (parity names, e.g. index_select amax)",
+    )
+    p.add_argument(
+        "--soak",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="also train a small CNN on the device for MINUTES, failing on a GPU error, a NaN "
+        "loss or a stall (a step 20x the median); opt-in (pytorch 125954: a GPU timeout "
+        "after 11,580 steps)",
     )
     p.add_argument(
         "--no-reports",
@@ -306,6 +331,14 @@ def _shapes_group(args: argparse.Namespace, device: str, stream: _stream.RowStre
     _shapes.run(device, args.quick, wanted, budget, stream, ops=ops)
 
 
+def _grid_group(args: argparse.Namespace, device: str, stream: _stream.RowStream) -> None:
+    budget, where = _memory.budget_bytes(device, args.memory_bytes, args.memory_fraction)
+    stream.meta("grid_budget", where)
+    ops = tuple(args.grid_ops) if args.grid_ops else None
+    dtypes = tuple(args.dtypes) if args.dtypes else None
+    _grid.run(device, args.quick, budget, stream, ops=ops, dtypes=dtypes)
+
+
 def _run_group_here(
     name: str, args: argparse.Namespace, device: str, stream: _stream.RowStream
 ) -> None:
@@ -318,6 +351,10 @@ def _run_group_here(
         _parity_group(args, device, stream)
     elif name == "shapes":
         _shapes_group(args, device, stream)
+    elif name == "grid":
+        _grid_group(args, device, stream)
+    elif name == "soak":
+        _soak.run(device, float(args.soak), stream, tuple(f for f in _planted(args) if f.op == _soak.OP))
     elif name == "reports":
         _reports.run(device, tuple(f for f in _planted(args) if f.op.startswith(_reports.PREFIX)), stream)
     elif name == "sampling":
@@ -847,6 +884,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {
         "parity": not args.no_parity,
         "shapes": not args.no_shapes,
+        "grid": not args.no_grid,
+        "soak": args.soak is not None,
         "reports": not args.no_reports,
         "sampling": not args.no_sampling,
         "kernels": not args.no_kernels,
@@ -885,10 +924,12 @@ def main(argv: list[str] | None = None) -> int:
     sampling: list[dict[str, Any]] = section("sampling")
     kernels: list[dict[str, Any]] = section("kernels")
     workloads: list[dict[str, Any]] = section("workloads")
+    grid: list[dict[str, Any]] = section("grid")
+    soak: list[dict[str, Any]] = section("soak")
     dtype_notes: dict[str, str] = meta("parity").get("dtype_notes", {})
     samples = meta("parity").get("samples", args.samples or (2 if args.quick else 8))
     host_macos = host_info()["macos"]
-    for res in results + shapes + reports + sampling + kernels + workloads:
+    for res in results + shapes + grid + reports + sampling + kernels + workloads + soak:
         known = _known.lookup(known_table, info.family, res["op"], res["dtype"], res["check"], host_macos)
         res["raw_status"] = res["status"]
         res["status"] = _known.apply(res["status"], known)
@@ -903,7 +944,7 @@ def main(argv: list[str] | None = None) -> int:
     unexpected = [r for r in results if r["status"] in UNEXPECTED]
     unexpected += [
         {**r, "check": f"{r['check']} [{r['case']}]"}
-        for r in shapes + reports + sampling + kernels + workloads
+        for r in shapes + grid + reports + sampling + kernels + workloads + soak
         if r["status"] in UNEXPECTED
     ]
     unexpected += [
@@ -994,6 +1035,9 @@ def main(argv: list[str] | None = None) -> int:
             "sampling_counts": _count(sampling),
             "kernel_counts": _count(kernels),
             "workload_counts": _count(workloads),
+            "grid_counts": _count(grid),
+            "grid_ops_failing": sorted({r["op"] for r in grid if r["status"] in ("fail", "error", "xfail", "hang", "gpu-error")}),
+            "soak": {r["op"]: r["status"] for r in soak},
             "unexpected_failures": len(unexpected),
             "unexpected_passes": len(xpass),
             "training": {t["model"]: t["status"] for t in training},
@@ -1011,6 +1055,10 @@ def main(argv: list[str] | None = None) -> int:
         "sampling": sampling,
         "kernels": kernels,
         "workloads": workloads,
+        "grid": grid,
+        "grid_regimes": _grid.regime_table(grid, meta("grid").get("grid_declared", {}), bool(meta("grid").get("grid_quick"))),
+        "grid_budget": meta("grid").get("grid_budget", ""),
+        "soak": soak,
         "shapes_notes": {
             "tolerance": meta("shapes").get("shapes_tolerance", ""),
             "large": meta("shapes").get("shapes_large", ""),

@@ -103,7 +103,7 @@ def _rows(report: dict[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
     out = []
     for r in report.get("results", []):
         out.append(("parity", r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]), r.get("detail", "")))
-    for group in ("shapes", "reports", "sampling", "kernels", "workloads"):
+    for group in ("shapes", "grid", "reports", "sampling", "kernels", "workloads", "soak"):
         for r in report.get(group, []):
             where = f"{r['check']} [{r['case']}]"
             out.append((group, r["op"], r["dtype"], r["check"], r.get("raw_status", r["status"]),

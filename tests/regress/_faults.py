@@ -50,10 +50,11 @@ gets the plant.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,9 +98,41 @@ FAULTS = {
         ("sampling",), "sampling.multinomial", ALL_DEVICES,
         also=("sampling.multinomial_one_sample", "sampling.categorical_sample"),
     ),  # fmt: skip
+    # The regime grid (issue 41): one bug of each regime class, each wrong only in its regime.
+    "index_past_2p16_wraps": KernelFault(("grid",), "grid.index_select", ALL_DEVICES),
+    "bmm_batch_past_256": KernelFault(("grid",), "grid.bmm", ALL_DEVICES, also=("grid.matmul",)),
+    "amax_drops_nan": KernelFault(("grid",), "grid.amax", ALL_DEVICES),
+    "div_floor_as_trunc": KernelFault(("grid",), "grid.div.no_rounding_mode", ALL_DEVICES),
+    "strided_read_as_contiguous": KernelFault(("grid",), "grid.cumsum", ALL_DEVICES),
+    # The upgrades of issue 41's rescore, each caught by its own reports row (or the soak).
+    "decode_attention_keys_past_1024": KernelFault(("reports",), "reports.decode_attention_h128_2048", ALL_DEVICES),
+    "fp16_max_lowest_finite": KernelFault(("reports",), "reports.neg_inf_reductions", ALL_DEVICES),
+    "conv_stale_output": KernelFault(("reports",), "reports.conv1d_499_taps_repeat", ALL_DEVICES),
+    "gemv_drops_k_tail": KernelFault(("reports",), "reports.linear_m2_k2816", ALL_DEVICES, also=("reports.mv_k256",)),
+    "soak_stall": KernelFault(("soak",), "soak.training", ALL_DEVICES),
 }
+#: The regime class each grid fault stands for (the report and the tests check the rows that
+#: named it are of that class).
+GRID_CLASS = {
+    "index_past_2p16_wraps": "size", "bmm_batch_past_256": "size", "amax_drops_nan": "value",
+    "div_floor_as_trunc": "argument", "strided_read_as_contiguous": "layout",
+}  # fmt: skip
 #: How often each installed size-only fault changed a result, in this process.
 FIRED: dict[str, int] = {}
+#: Set while a group computes its CPU reference (`reference_side`): the faults below stand
+#: for bugs of the device's kernels, so on the CPU as the device they must spoil the device's
+#: side only, whatever dtype the reference is computed in.
+_ON_REFERENCE = [0]
+
+
+@contextlib.contextmanager
+def reference_side() -> Iterator[None]:
+    """Within this block no planted kernel fault fires: the CPU reference is computed here."""
+    _ON_REFERENCE[0] += 1
+    try:
+        yield
+    finally:
+        _ON_REFERENCE[0] -= 1
 SIMD = 32
 THREADGROUP = 1024
 _LOW = (torch.float32, torch.float16, torch.bfloat16)
@@ -277,12 +310,16 @@ def install_from_env(group: str, device: str) -> list[str]:
     """Install the faults of `group` for `device`; the names installed."""
     done = []
     size_only = []
+    regime: list[str] = []
     for name in from_env():
         fault = FAULTS[name]
         if group not in fault.groups or device not in fault.devices:
             continue
         if name == "softmax_odd_tail":
             _install_softmax_odd_tail(device)
+        elif name in REGIME_FAULTS:
+            regime.append(name)
+            FIRED[name] = 0
         elif name == "copy_h2d_odd_offset":
             mode = _stale_tail_mode(device)
             mode.__enter__()  # for the rest of this group's process
@@ -294,6 +331,10 @@ def install_from_env(group: str, device: str) -> list[str]:
         print(f"regress: kernel fault {name} planted in group {group}", flush=True)
     if size_only:
         mode = _size_only_mode(device, size_only)
+        mode.__enter__()
+        _LIBS.append(mode)
+    for make in {REGIME_FAULTS[n][0] for n in regime}:
+        mode = make(device, [n for n in regime if REGIME_FAULTS[n][0] is make])
         mode.__enter__()
         _LIBS.append(mode)
     return done
@@ -347,3 +388,214 @@ def install_hang_from_env(device: str) -> str | None:
         mode.__enter__()  # for the rest of this group's process
         _LIBS.append(mode)
     return op
+
+
+# --- issue 41: the regime grid's faults and the upgrades' -----------------------------------
+# Each stands for a bug of one regime; it fires only on the device's tensors and never while
+# a group computes its CPU reference (`reference_side`).
+
+
+def _fired(name: str) -> None:
+    FIRED[name] = FIRED.get(name, 0) + 1
+
+
+def _on(device: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    if _ON_REFERENCE[0]:
+        return False
+    return any(isinstance(a, torch.Tensor) and a.device.type == device for a in (*args, *kwargs.values()))
+
+
+def _index_wraps(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    x, dim, idx = args[:3]
+    if idx.numel() == 0 or int(idx.max()) < 1 << 16:
+        return None
+    _fired("index_past_2p16_wraps")
+    return torch.index_select(x, dim, idx % (1 << 16))  # a 16-bit index register
+
+
+def _bmm_batch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    a, b = args[:2]
+    if a.shape[0] <= 256:
+        return None
+    _fired("bmm_batch_past_256")
+    out = torch.bmm(a, b)
+    out[256:] = 0  # a grid that launches 256 batches at most
+    return out
+
+
+def _amax_nan(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    x = args[0]
+    if not x.is_floating_point() or not bool(torch.isnan(x).any()):
+        return None
+    _fired("amax_drops_nan")
+    return torch.amax(x.nan_to_num(nan=float("-inf")), *args[1:], **kwargs)  # fmax, not max
+
+
+def _div_floor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    mode = kwargs.get("rounding_mode", args[2] if len(args) > 2 else None)
+    if mode != "floor":
+        return None
+    _fired("div_floor_as_trunc")
+    return torch.div(args[0], args[1], rounding_mode="trunc")
+
+
+def _cumsum_strided(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    x = args[0]
+    if x.is_contiguous() or x.numel() < 2:
+        return None
+    _fired("strided_read_as_contiguous")
+    strides, step = [], 1
+    for size in reversed(x.shape):
+        strides.insert(0, step)
+        step *= size
+    if x.untyped_storage().nbytes() >= (x.storage_offset() + x.numel()) * x.element_size():
+        read = torch.as_strided(x, x.shape, strides, x.storage_offset())  # the storage, in order
+    else:  # an expanded input: less storage than elements
+        read = x.flip(-1)
+    return torch.cumsum(read, *args[1:], **kwargs)
+
+
+def _grid_mode(device: str, names: list[str]) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    table = {
+        "index_past_2p16_wraps": (aten.index_select.default, _index_wraps),
+        "bmm_batch_past_256": (aten.bmm.default, _bmm_batch),
+        "amax_drops_nan": (aten.amax.default, _amax_nan),
+        "div_floor_as_trunc": (aten.div.Tensor_mode, _div_floor),
+        "strided_read_as_contiguous": (aten.cumsum.default, _cumsum_strided),
+    }
+    wrong = dict(table[n] for n in names)
+
+    class Regime(TorchDispatchMode):
+        """The device's kernels of the grid's ops, each wrong in one regime only."""
+
+        def __torch_dispatch__(  # type: ignore[override]
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            bad = wrong.get(func)
+            if bad is not None and _on(device, args, kwargs):
+                out = bad(args, kwargs)  # ops inside run without this mode (popped)
+                if out is not None:
+                    return out
+            return func(*args, **kwargs)
+
+    return Regime()
+
+
+def _decode_keys(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    q, k, v = args[:3]
+    if q.shape[-2] != 1 or q.shape[-1] != 128 or k.shape[-2] <= 1024:
+        return None
+    _fired("decode_attention_keys_past_1024")
+    return torch.nn.functional.scaled_dot_product_attention(q, k[..., :1024, :], v[..., :1024, :], *args[3:], **kwargs)
+
+
+def _lowest_finite(name: str) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
+    def bad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        x = args[0]
+        if x.dtype != torch.float16:
+            return None
+        _fired("fp16_max_lowest_finite")
+        out = getattr(torch, name)(x, *args[1:], **kwargs)
+        low = torch.finfo(torch.float16).min  # the kernel starts from -65504, not -inf
+        if isinstance(out, torch.Tensor):
+            return out.clamp_min(low)
+        return type(out)((out[0].clamp_min(low), out[1]))
+
+    return bad
+
+
+_CONV_CACHE: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
+def _conv_stale(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    x, w = args[:2]
+    key = (tuple(x.shape), tuple(w.shape), x.dtype)
+    if key not in _CONV_CACHE:
+        _CONV_CACHE[key] = torch.nn.functional.conv1d(*args, **kwargs)
+        return _CONV_CACHE[key].clone()
+    _fired("conv_stale_output")
+    return _CONV_CACHE[key].clone()  # the first call's output buffer, never written again
+
+
+def _gemv_tail(args: tuple[Any, ...], kwargs: dict[str, Any], linear: bool) -> Any:
+    a, b = args[:2]
+    k = a.shape[-1]
+    rows = a.shape[0] if a.dim() == 2 else 1
+    if k < 256 or (linear and (a.dim() != 2 or rows != 2)):
+        return None
+    _fired("gemv_drops_k_tail")
+    keep = k - 32  # the last partial block of K is never loaded
+    if linear:
+        return torch.nn.functional.linear(a[..., :keep], b[..., :keep], *args[2:], **kwargs)
+    return torch.mv(a[:, :keep], b[:keep])
+
+
+def _reports_mode(device: str, names: list[str]) -> Any:
+    """A TorchFunctionMode: these faults sit at the op a user calls (F.linear,
+    F.scaled_dot_product_attention), which a dispatch mode sees only decomposed."""
+    from torch.overrides import TorchFunctionMode
+
+    F = torch.nn.functional
+    wrong: dict[Any, Callable[[tuple[Any, ...], dict[str, Any]], Any]] = {}
+    if "decode_attention_keys_past_1024" in names:
+        wrong[F.scaled_dot_product_attention] = _decode_keys
+    if "fp16_max_lowest_finite" in names:
+        for name in ("amax", "max", "logsumexp"):
+            wrong[getattr(torch, name)] = _lowest_finite(name)
+    if "conv_stale_output" in names:
+        wrong[F.conv1d] = _conv_stale
+    if "gemv_drops_k_tail" in names:
+        wrong[F.linear] = lambda a, k: _gemv_tail(a, k, True)
+        wrong[torch.mv] = lambda a, k: _gemv_tail(a, k, False)
+
+    class Upgrades(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:  # type: ignore[override]
+            kwargs = kwargs or {}
+            bad = wrong.get(func)
+            if bad is not None and _on(device, args, kwargs):
+                with torch._C.DisableTorchFunction():
+                    out = bad(args, kwargs)
+                if out is not None:
+                    return out
+            return func(*args, **kwargs)
+
+    return Upgrades()
+
+
+def _stall_mode(device: str, names: list[str]) -> Any:
+    """The soak's model: one training step, after the first STALL_AFTER, waits STALL_SECONDS,
+    as a GPU that stops answering for a while (pytorch 125954's timeout came after 11580
+    steps)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    state = {"calls": 0}
+
+    class Stall(TorchDispatchMode):
+        def __torch_dispatch__(  # type: ignore[override]
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            if func is torch.ops.aten.convolution.default and _on(device, args, kwargs):
+                state["calls"] += 1
+                if state["calls"] == STALL_AFTER:
+                    _fired("soak_stall")
+                    import time
+
+                    time.sleep(STALL_SECONDS)
+            return func(*args, **kwargs)
+
+    return Stall()
+
+
+STALL_AFTER = 60  # convolution calls: a few steps in
+STALL_SECONDS = 5.0
+REGIME_FAULTS: dict[str, tuple[Callable[[str, list[str]], Any], str]] = {
+    **{n: (_grid_mode, "grid") for n in GRID_CLASS},
+    **{n: (_reports_mode, "reports") for n in (
+        "decode_attention_keys_past_1024", "fp16_max_lowest_finite", "conv_stale_output", "gemv_drops_k_tail")},
+    "soak_stall": (_stall_mode, "soak"),
+}  # fmt: skip

@@ -227,6 +227,8 @@ def markdown(
             )
         lines.append("")
     lines += _shapes_section(report)
+    lines += _grid_section(report)
+    lines += _soak_section(report)
     lines += _reports_section(report)
     lines += checks_section(
         "Sampling", report.get("sampling") or [],
@@ -359,6 +361,57 @@ def _reports_section(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _grid_section(report: dict[str, Any]) -> list[str]:
+    """The regime grid: per op and regime class, what ran, what was skipped and why, and
+    every row that did not pass."""
+    table = report.get("grid_regimes") or []
+    rows = report.get("grid") or []
+    if not table:
+        return []
+    counts = report.get("summary", {}).get("grid_counts", {})
+    lines = [
+        "## Regime grid",
+        "",
+        "Every op at the regimes where GPU kernels change path, generated from per-op declarations",
+        "(tests/regress/_grid.py): sizes, special values, optional arguments, memory layouts.",
+        "Integer and index results, moved data and special values' positions exactly; other floats",
+        "with the parity tolerances. Rows: " + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
+        + (f"; memory budget: {report['grid_budget']}" if report.get("grid_budget") else "") + ".",
+        "",
+        "| op | class | declared | ran | failed | skipped (why) | not run (why) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in table:
+        if not t["declared"]:
+            lines.append(f"| {t['op']} | {t['class']} | 0 | | | | none declared: {t['none'] or 'no reason given'} |")
+            continue
+        skipped = "; ".join(f"{k}: {v}" for k, v in t["skipped"].items()).replace("|", "/")
+        not_run = f"{len(t['not_run'])}: {t['not_run_why']}" if t["not_run"] else ""
+        lines.append(f"| {t['op']} | {t['class']} | {t['declared']} | {len(t['ran'])} | "
+                     f"{', '.join(t['failed'])} | {skipped} | {not_run} |")  # fmt: skip
+    bad = [r for r in rows if r["status"] not in ("pass", "skip")]
+    if bad:
+        lines += ["", "| row | dtype | regime | status | detail |", "|---|---|---|---|---|"]
+        lines += [f"| {r['op']} | {r['dtype']} | {r['case']} | {_SYMBOL.get(r['status'], r['status'])} | "
+                  f"{str(r.get('detail', '')).replace('|', '/')} |" for r in bad]  # fmt: skip
+    lines.append("")
+    return lines
+
+
+def _soak_section(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for r in report.get("soak") or []:
+        lines += [
+            "## Soak",
+            "",
+            f"{r['case']}: {_SYMBOL.get(r['status'], r['status'])} after {r.get('steps', 0)} steps in "
+            f"{r.get('seconds', 0)} s; median step {r.get('median_step_ms')} ms, worst {r.get('worst_step_ms')} ms; "
+            f"median by tenth of the run (ms): {r.get('median_step_ms_by_tenth')}. {r.get('detail', '')}",
+            "",
+        ]
+    return lines
+
+
 def _workloads_section(report: dict[str, Any]) -> list[str]:
     rows = report.get("workloads") or []
     if not rows:
@@ -397,6 +450,8 @@ def console_summary(
         + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("shape_counts", {}).items())) or "none")
         + "; report cases: "
         + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("report_counts", {}).items())) or "none")
+        + "; grid rows: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(summ.get("grid_counts", {}).items())) or "none")
     ]
     out += [
         f"  group {name}: {g['detail']}"

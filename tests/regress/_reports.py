@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from . import _faults
 from ._device import dtype_supported, synchronize
 from ._parity import (
     DTYPE_NAMES,
@@ -85,6 +86,10 @@ class Case:
     unavailable: Callable[[str, str], str | None] | None = None
     # Run once on each side's inputs before the runs (weight packing, as a model loader does).
     prepare: Callable[..., Inputs] | None = None
+    # New inputs each run, drawn on the device by its own generator (pytorch 84138 drew new
+    # random values on the GPU every trial): (device generator, device, dtype) -> inputs on
+    # the device. The CPU reference is computed again from a copy of each run's inputs.
+    draw: Callable[[torch.Generator, str, torch.dtype], Inputs] | None = None
 
     @property
     def op(self) -> str:
@@ -170,6 +175,49 @@ def _conv1d_499_taps(g: torch.Generator, t: torch.dtype) -> Inputs:
     # The test pytorch 84138 ran on an Intel iMac (from pytorch 81185): a 1024-sample signal
     # and a 499-tap kernel, torch.randn both, new values each trial.
     return _randn(g, t, 1, 1, 1024), _randn(g, t, 1, 1, 499)
+
+
+def _conv1d_499_taps_drawn(g: torch.Generator, device: str, t: torch.dtype) -> Inputs:
+    # The same trial as the report ran it: torch.randn on the GPU, new values every run.
+    return (torch.randn(1, 1, 1024, generator=g, device=device, dtype=t),
+            torch.randn(1, 1, 499, generator=g, device=device, dtype=t))  # fmt: skip
+
+
+def _decode_attention(g: torch.Generator, t: torch.dtype) -> Inputs:
+    # llama.cpp 15228's regime: one query token of head size 128 against 2048 cached keys
+    # (a 7B-class model's 32 heads), the path of a decode (vector) attention kernel.
+    return _randn(g, t, 1, 32, 1, 128), _randn(g, t, 1, 32, 2048, 128), _randn(g, t, 1, 32, 2048, 128)
+
+
+def _neg_inf_rows(g: torch.Generator, t: torch.dtype) -> Inputs:
+    # -inf entries (masked logits), a row of -inf only, and a row with one finite value: a
+    # max kernel that starts from the lowest finite value instead of -inf returns -65504
+    # in float16 where the answer is -inf.
+    x = _randn(g, torch.float32, 8, 1025, scale=3.0)
+    x[:, ::5] = float("-inf")
+    x[0] = float("-inf")
+    x[1] = float("-inf")
+    x[1, 700] = 2.0
+    return (x.to(t),)
+
+
+def _max_family(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return torch.amax(x, -1), torch.max(x, -1)[0], torch.logsumexp(x, -1), torch.amax(x)
+
+
+def _linear_sdxl_label(g: torch.Generator, t: torch.dtype) -> Inputs:
+    # SDXL's label embedding (2816 -> 1280) at batch 2 (classifier-free guidance): Fooocus
+    # 4219's F.linear at M = 2, the gemv regression on an AMD eGPU.
+    return _randn(g, t, 2, 2816), _randn(g, t, 1280, 2816, scale=0.02), _randn(g, t, 1280)
+
+
+def _mv_k(g: torch.Generator, t: torch.dtype) -> Inputs:
+    # torch.mv at K = 256, 257 and 2816 (Fooocus 4219: K >= 256 went wrong).
+    return tuple(x for k in (256, 257, 2816) for x in (_randn(g, t, 1280, k, scale=0.05), _randn(g, t, k)))
+
+
+def _mvs(*ab: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.mv(ab[i], ab[i + 1]) for i in range(0, len(ab), 2))
 
 
 def _conv1d_255_taps_channels(g: torch.Generator, t: torch.dtype) -> Inputs:
@@ -286,8 +334,9 @@ CASES: tuple[Case, ...] = (
          _mm_square, torch.mm, repeat=REPEATS),
     Case("conv1d_repeat", "conv", f"conv1d(2 x 32 x 256, 32 x 32 x 3, padding 1); {repeat_note()}",
          ("float32",), _conv1d_in, lambda x, w, b: F.conv1d(x, w, b, padding=1), repeat=REPEATS),
-    Case("conv1d_499_taps_repeat", "conv", f"conv1d(1 x 1 x 1024, 1 x 1 x 499); {repeat_note()}",
-         ("float32",), _conv1d_499_taps, F.conv1d, repeat=REPEATS),
+    Case("conv1d_499_taps_repeat", "conv",
+         f"conv1d(1 x 1 x 1024, 1 x 1 x 499), new inputs drawn on the device each run; {repeat_note()}",
+         ("float32",), _conv1d_499_taps, F.conv1d, repeat=REPEATS, draw=_conv1d_499_taps_drawn),
     Case("conv1d_255_taps_repeat", "conv",
          f"conv1d(4 x 8 x 1024, 8 x 8 x 255, bias, padding 127); {repeat_note()}",
          ("float32",), _conv1d_255_taps_channels,
@@ -325,6 +374,15 @@ CASES: tuple[Case, ...] = (
          ("float32", "float16"), _cross_attention, F.scaled_dot_product_attention),
     Case("lstm_100_steps", "matmul", "LSTM(5, 128) over 20 x 100 x 5", ("float32",), _lstm_in,
          lambda m, x: m(x)[0], module=_lstm),
+    # Issue 41: the cheapest upgrades of the partial reports, at each report's own regime.
+    Case("decode_attention_h128_2048", "attention", "SDPA q 1 x 32 x 1 x 128, k/v 1 x 32 x 2048 x 128 (decode)",
+         ("float32", "float16"), _decode_attention, F.scaled_dot_product_attention),
+    Case("neg_inf_reductions", "reduction",
+         "amax, max(dim), logsumexp of 8 x 1025 with -inf entries, a row of -inf and a row of one finite value",
+         ("float16", "float32"), _neg_inf_rows, _max_family),
+    Case("linear_m2_k2816", "matmul", "F.linear(2 x 2816, 1280 x 2816, bias 1280) (SDXL's label embedding)",
+         ("float32", "float16"), _linear_sdxl_label, F.linear),
+    Case("mv_k256", "matmul", "torch.mv(1280 x K, K) at K = 256, 257, 2816", ("float32", "float16"), _mv_k, _mvs),
 )  # fmt: skip
 
 BY_NAME = {c.name: c for c in CASES}
@@ -378,8 +436,9 @@ def run_case(
     low = tdtype if tdtype in LOW_PRECISION else None
     inputs = case.make(torch.Generator().manual_seed(seed), tdtype)
     ref_dtype = torch.float32 if low else tdtype
-    with torch.no_grad():
+    with torch.no_grad(), _faults.reference_side():
         ref = _call(case, _move(inputs, "cpu", ref_dtype), "cpu", ref_dtype, reference=True)
+    drawn = torch.Generator(device=device).manual_seed(seed) if case.draw is not None else None
     extra = {"atol": tol.atol, "rtol": tol.rtol}
     worst_abs = worst_rel = 0.0
     prepared: Inputs | None = None
@@ -393,6 +452,10 @@ def run_case(
                 # Fresh copies each run (a copy that goes wrong now and then is caught too);
                 # prepared inputs are made once, as a loader packs weights once.
                 args = prepared if prepared is not None else _move(inputs, device, None)
+                if drawn is not None and case.draw is not None:
+                    args = case.draw(drawn, device, tdtype)
+                    with _faults.reference_side():
+                        ref = _call(case, _move(args, "cpu", ref_dtype), "cpu", ref_dtype, reference=True)
                 out = _call(case, args, device, tdtype)
             if fault is not None:
                 out = fault.apply(out, seed + run)

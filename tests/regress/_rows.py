@@ -11,7 +11,7 @@ device that supports every dtype would write them.
 
 from __future__ import annotations
 
-from . import _memory, _ops, _parity, _reports, _sampling, _shapes, _training, _vision, _workloads
+from . import _grid, _memory, _ops, _parity, _reports, _sampling, _shapes, _soak, _training, _vision, _workloads
 
 Key = tuple[str, str, str]
 
@@ -27,6 +27,15 @@ def shapes_rows() -> set[Key]:
     rows |= {("shapes", f"shapes.{c.op}", d) for d in _shapes.INTEGRAL for c in _shapes.int_cases(False, d)}
     # The large cases are float32 only, and only where a memory budget is known.
     return rows | {("shapes", f"shapes.{c.op}", "float32") for c in _shapes.large_cases(1024)}
+
+
+def grid_rows() -> set[Key]:
+    return {("grid", op, d) for op, d in _grid.rows()}
+
+
+def soak_rows() -> set[Key]:
+    # Only with --soak MINUTES.
+    return {("soak", _soak.OP, "float32")}
 
 
 def sampling_rows() -> set[Key]:
@@ -64,5 +73,5 @@ def workloads_rows() -> set[Key]:
 
 def suite_rows() -> set[Key]:
     """Every (group, op, dtype) of a full run (no --quick) on a device with every dtype."""
-    return (parity_rows() | shapes_rows() | reports_rows() | sampling_rows() | memory_rows()
-            | training_rows() | kernels_rows() | workloads_rows())  # fmt: skip
+    return (parity_rows() | shapes_rows() | grid_rows() | reports_rows() | sampling_rows() | memory_rows()
+            | training_rows() | kernels_rows() | workloads_rows() | soak_rows())  # fmt: skip

@@ -623,7 +623,8 @@ def judge_index(got: torch.Tensor, ref: torch.Tensor, values: torch.Tensor, dim:
         g, r = g.unsqueeze(dim), r.unsqueeze(dim)
     if bool(((g < 0) | (g >= values.shape[dim])).any()):
         return Judgement(False, math.inf, math.inf, "indices out of range")
-    same = values.gather(dim, g) == values.gather(dim, r)
+    picked, wanted = values.gather(dim, g), values.gather(dim, r)
+    same = (picked == wanted) | (torch.isnan(picked) & torch.isnan(wanted))  # NaNs tie too
     if bool(same.all()):
         return Judgement(True)
     return Judgement(

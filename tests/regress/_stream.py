@@ -36,7 +36,7 @@ from typing import IO, Any
 ABORT_ENV = "INTELMAC_REGRESS_PLANT_ABORT"
 NOT_RUN = "not run: hung earlier in this run"
 # Row names of these groups carry the group as a prefix ("shapes.sort"): the op is the rest.
-_GROUP_PREFIXES = ("shapes.", "sampling.")
+_GROUP_PREFIXES = ("shapes.", "sampling.", "grid.")
 
 
 def abort_plan(group: str) -> tuple[bool, str | None]:

@@ -70,6 +70,12 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
     assert len(one) == 4 and {r["status"] for r in one} == {"pass"} and all("113 runs" in r["case"] for r in one)
     assert {(r["op"], r["dtype"]) for r in report["workloads"]} == set(_workloads.rows())
     assert {r["status"] for r in report["workloads"]} == {"pass"}, [r for r in report["workloads"] if r["status"] != "pass"]
+    # Issue 41: the quick grid samples every declared op, one regime of each of its classes.
+    from tests.regress import _grid
+
+    assert {r["op"] for r in report["grid"]} == {f"grid.{op.name}" for op in _grid.OPS}
+    assert {r["status"] for r in report["grid"]} <= {"pass", "skip"}, [r for r in report["grid"] if r["status"] not in ("pass", "skip")]
+    assert all(t["ran"] or t["skipped"] or not t["declared"] for t in report["grid_regimes"])
     assert report["device"]["family"] == "cpu"
     assert report["torch"]["version"] == torch.__version__
     if sys.platform != "darwin":
@@ -99,7 +105,7 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_self_test_fault_is_reported_as_failure(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--self-test", "--no-training", "--no-workloads", "--no-memory", "--no-shapes",
+        tmp_path, "--quick", "--self-test", "--no-training", "--no-workloads", "--no-grid", "--no-memory", "--no-shapes",
         "--ops", "add", "mul",
     )
     assert code == 0, log  # caught, nothing else failed (issue 12: not the 1 of a real failure)
@@ -121,7 +127,7 @@ def test_env_fault_and_known_failures(tmp_path: Path) -> None:
         "    - {id: fixed, ops: [add], dtypes: [float32], checks: [forward], issue: 2, reason: test}\n"
     )
     common = (
-        "--quick", "--no-training", "--no-workloads", "--no-memory", "--no-shapes", "--dtypes", "float32",
+        "--quick", "--no-training", "--no-workloads", "--no-grid", "--no-memory", "--no-shapes", "--dtypes", "float32",
         "--known-failures", str(known),
     )
     # The environment plants the fault in another op (mm). The known-failures file lists mm, so

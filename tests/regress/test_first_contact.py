@@ -34,7 +34,7 @@ SIZE_FAULTS = "sum_partial_simd_tail,softmax_tail_past_1024"
 def size_fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, Path]:
     out = tmp_path_factory.mktemp("size-faults")
     code, report, log = run_suite(
-        out, "--quick", "--no-memory", "--no-training", "--no-workloads", "--ops", "sum", "softmax",
+        out, "--quick", "--no-memory", "--no-training", "--no-workloads", "--no-grid", "--ops", "sum", "softmax",
         "--shapes-ops", "sum", "softmax",
         env={"INTELMAC_REGRESS_KERNEL_FAULT": SIZE_FAULTS},
     )  # fmt: skip
@@ -60,7 +60,7 @@ def test_size_only_faults_are_caught_by_shapes_and_missed_by_opinfo(size_fault_r
 @pytest.mark.slow
 def test_without_the_shapes_group_the_size_only_fault_goes_unseen(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--no-memory", "--no-training", "--no-workloads", "--no-shapes",
+        tmp_path, "--quick", "--no-memory", "--no-training", "--no-workloads", "--no-grid", "--no-shapes",
         "--ops", "sum", "softmax", env={"INTELMAC_REGRESS_KERNEL_FAULT": SIZE_FAULTS},
     )  # fmt: skip
     assert code == 3, log  # a planted fault not caught: the OpInfo group alone misses it
@@ -74,7 +74,7 @@ def test_raising_checks_become_their_rows_errors_and_lose_nothing(tmp_path: Path
     site = stand_in(tmp_path / "site")
     code, report, log = run_suite(
         tmp_path / "out", "--ops", "add", "mul", "abs", "--dtypes", "float32", "--samples", "2",
-        "--no-shapes", "--no-memory", "--no-training", "--no-workloads",
+        "--no-shapes", "--no-memory", "--no-training", "--no-workloads", "--no-grid",
         env={
             "PYTHONPATH": str(site),
             "INTELMAC_REGRESS_PLANT_FAULT": "mul:raise,add:raise-backward,"
@@ -101,7 +101,7 @@ def test_raising_checks_become_their_rows_errors_and_lose_nothing(tmp_path: Path
 @pytest.mark.slow
 def test_abort_in_the_middle_of_the_shapes_group_keeps_the_finished_rows(tmp_path: Path) -> None:
     code, report, log = run_suite(
-        tmp_path, "--quick", "--no-memory", "--no-training", "--no-workloads", "--ops", "add", "--dtypes", "float32",
+        tmp_path, "--quick", "--no-memory", "--no-training", "--no-workloads", "--no-grid", "--ops", "add", "--dtypes", "float32",
         "--shapes-ops", "sum", "softmax", "layer_norm",
         env={"INTELMAC_REGRESS_PLANT_ABORT": "shapes:softmax"},
     )  # fmt: skip

@@ -23,7 +23,7 @@ from tests.regress.test_cpu_subset import ROOT, run_suite  # noqa: E402
 
 NARROW = (
     "--quick", "--ops", "argmax", "sum", "add", "--shapes-ops", "argmax", "sum",
-    "--no-reports", "--no-sampling", "--no-memory", "--no-training", "--no-workloads",
+    "--no-reports", "--no-sampling", "--no-memory", "--no-training", "--no-workloads", "--no-grid",
     "--no-patched", "--dtypes", "float32",
 )  # fmt: skip
 # The reports and sampling groups are left out: some of their checks take longer than the
@@ -62,7 +62,7 @@ def test_a_planted_hang_is_a_row_and_the_run_goes_on(tmp_path: Path) -> None:
     # Without the plant nothing hangs; with a plant that never fires the self-test says so.
     code, report, log = run_suite(
         tmp_path / "missed", "--quick", "--ops", "add", "--no-shapes", "--no-memory",
-        "--no-training", "--no-workloads", "--no-patched", "--dtypes", "float32",
+        "--no-training", "--no-workloads", "--no-grid", "--no-patched", "--dtypes", "float32",
         env={"INTELMAC_REGRESS_PLANT_HANG": "argmax"},
     )  # fmt: skip
     assert code == 3 and report["self_test"]["missed"] == ["hang:argmax"], log

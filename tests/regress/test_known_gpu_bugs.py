@@ -133,7 +133,7 @@ def test_row_check_fails_on_a_row_the_suite_does_not_have(
 
 def test_suite_rows_come_from_the_groups(suite_rows: set[tuple[str, str, str]]) -> None:
     groups = {g for g, _, _ in suite_rows}
-    assert groups == {"parity", "shapes", "reports", "sampling", "memory", "training", "kernels", "workloads"}
+    assert groups == {"parity", "shapes", "grid", "reports", "sampling", "memory", "training", "kernels", "workloads", "soak"}
     assert ("parity", "argmax", "int32") in suite_rows and ("sampling", "sampling.multinomial", "float32") in suite_rows
     assert ("parity", "nn.functional.linear", "float16") in suite_rows
     assert ("shapes", "shapes.softmax", "bfloat16") in suite_rows
@@ -163,7 +163,7 @@ def test_a_fault_planted_in_a_reports_row_is_named(tmp_path: Path) -> None:
     env["INTELMAC_REGRESS_PLANT_FAULT"] = "reports.sd_cross_attention,reports.cast_half_to_uint8"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(tmp_path),
-         "--no-parity", "--no-shapes", "--no-memory", "--no-training", "--no-workloads", "--no-patched"],
+         "--no-parity", "--no-shapes", "--no-memory", "--no-training", "--no-workloads", "--no-grid", "--no-patched"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     log = proc.stdout + proc.stderr

@@ -26,7 +26,7 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str,
     out = tmp_path_factory.mktemp("faulty")
     code, report, log = run_suite(
         out,
-        "--no-training", "--no-workloads",
+        "--no-training", "--no-workloads", "--no-grid",
         "--no-shapes",
         "--ops",
         "mm",
@@ -107,7 +107,7 @@ def test_point6_title_names_the_device(faulty_run: Any) -> None:
 def test_point10_self_test_exit_codes(tmp_path: Path) -> None:
     # Caught, nothing else failed: 0, not the 1 of a real failure.
     code, report, log = run_suite(
-        tmp_path / "a", "--quick", "--self-test", "--no-training", "--no-workloads", "--no-memory", "--no-shapes",
+        tmp_path / "a", "--quick", "--self-test", "--no-training", "--no-workloads", "--no-grid", "--no-memory", "--no-shapes",
         "--ops", "add",
     )
     assert code == 0, log
@@ -124,7 +124,7 @@ def test_point10_self_test_exit_codes(tmp_path: Path) -> None:
         tmp_path / "b",
         "--quick",
         "--self-test",
-        "--no-training", "--no-workloads",
+        "--no-training", "--no-workloads", "--no-grid",
         "--no-memory",
         "--no-shapes",
         "--ops",
@@ -187,7 +187,7 @@ def test_abort_in_one_group_is_recorded_and_the_report_survives(tmp_path: Path) 
     code, report, log = run_suite(
         tmp_path,
         "--quick",
-        "--no-training", "--no-workloads",
+        "--no-training", "--no-workloads", "--no-grid",
         "--shapes-ops",
         "sum",
         "--ops",
@@ -219,7 +219,7 @@ def test_kernel_fault_below_the_suite_is_caught(tmp_path: Path) -> None:
     code, report, log = run_suite(
         tmp_path,
         "--no-parity",
-        "--no-training", "--no-workloads",
+        "--no-training", "--no-workloads", "--no-grid",
         "--no-shapes",
         env={"INTELMAC_REGRESS_KERNEL_FAULT": "copy_h2d_odd_offset"},
     )

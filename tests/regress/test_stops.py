@@ -44,7 +44,7 @@ SLACK = 45.0  # seconds of a loaded 2-core runner's noise, on top of the stated 
 HANG_ARGS = (
     "--quick", "--ops", "add", "argmax", "--dtypes", "float32", "int32",
     "--shapes-ops", "argmax", "sum", "--no-reports", "--no-sampling", "--no-memory", "--no-training",
-    "--no-workloads", "--no-patched",
+    "--no-workloads", "--no-grid", "--no-patched",
     "--no-vision", "--check-timeout", f"{TIMEOUT:g}",
 )  # fmt: skip
 
@@ -153,7 +153,7 @@ def _stop_mid_check(out: Path, sig: signal.Signals) -> tuple[int, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(out), "--quick",
          "--ops", "add", "sum", "argmax", "--dtypes", "float32", "--no-memory", "--no-training",
-         "--no-workloads", "--no-patched", "--no-vision", "--check-timeout", "600"],
+         "--no-workloads", "--no-grid", "--no-patched", "--no-vision", "--check-timeout", "600"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -207,7 +207,7 @@ def test_a_stop_signal_writes_the_report_of_what_finished(tmp_path: Path, sig: s
 def test_a_failed_command_buffer_is_a_gpu_error_row_and_the_group_goes_on(tmp_path: Path) -> None:
     code, report, log, _ = _run(
         tmp_path, "--quick", "--ops", "add", "mul", "abs", "--dtypes", "float32", "--no-vision",
-        "--no-shapes", "--no-memory", "--no-training", "--no-workloads", "--no-patched", "--no-sampling",
+        "--no-shapes", "--no-memory", "--no-training", "--no-workloads", "--no-grid", "--no-patched", "--no-sampling",
         env={"INTELMAC_REGRESS_PLANT_FAULT": "mul:gpu-error,reports.mm_repeat:gpu-error"},
     )  # fmt: skip
     assert code == 0, log  # both planted faults caught, nothing else failed

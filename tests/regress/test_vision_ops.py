@@ -32,7 +32,7 @@ def suite(out: Path, site: Path | None, fault: str = "") -> tuple[int, dict[str,
         env["INTELMAC_REGRESS_PLANT_FAULT"] = fault
     done = subprocess.run(
         [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(out),
-         "--ops", "abs", "--dtypes", "float32", "--samples", "1", "--no-training", "--no-workloads",
+         "--ops", "abs", "--dtypes", "float32", "--samples", "1", "--no-training", "--no-workloads", "--no-grid",
          "--no-patched", "--no-memory", "--no-shapes"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
