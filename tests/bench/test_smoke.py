@@ -125,7 +125,9 @@ def test_interleaved_repeats_take_turns_and_keep_each_functions_figures() -> Non
         return fn
 
     fast, slow = _timing.measure_interleaved(
-        [sleeper("a", 0.001), sleeper("b", 0.002)], "cpu",
+        # 20 and 40 ms: a sleep on a busy machine overshoots by a millisecond or more, which
+        # made 1 and 2 ms look alike (the ratio fell to 1.7 / 3.7 under two parallel suites).
+        [sleeper("a", 0.020), sleeper("b", 0.040)], "cpu",
         warmup=1, min_repeats=4, max_repeats=4, budget_s=10.0, target_s=0.0,
     )  # fmt: skip
     # warm-up and the sizing call of a, then of b; then four rounds of one call each
