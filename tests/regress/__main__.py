@@ -266,6 +266,16 @@ def _configure_precision(device: str) -> None:
     torch.set_warn_always(True)
 
 
+def _configure_threads(device: str) -> None:
+    """With the CPU as the device, one intra-op thread (unless OMP_NUM_THREADS says otherwise).
+    Both sides of every comparison then run on the CPU of a run that only checks the suite, of
+    small tensors mostly, and on a busy machine two spinning OpenMP threads that wait on each
+    other's time slices made the quick run three times slower (docs/regression-and-benchmark.md,
+    "How long it takes"). A GPU run keeps every thread for its CPU references."""
+    if device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+
+
 def _planted(args: argparse.Namespace) -> list[_parity.PlantedFault]:
     faults = [_parity.PlantedFault()] if args.self_test else []
     # A kernel fault changes no output here: its catcher row must fail by itself.
@@ -645,6 +655,7 @@ def run_group(
         "returncode": att.returncode,
         "seconds": round(seconds, 2),
         "startup_seconds": startups,
+        "threads": finished.meta.get("threads"),
         "detail": f"{len(named)} hang(s), each stopped and not run again: {', '.join(named)}" if named else "",
         "hangs": hangs,
         "setup_hangs": setup_hangs,
@@ -738,6 +749,7 @@ def _worker(args: argparse.Namespace, device: str) -> int:
     _stream.ACTIVE = stream
     try:
         _startup(args.worker, args, device)
+        stream.meta("threads", torch.get_num_threads())
         stream.ready(time.perf_counter() - t0)
         _run_group_here(args.worker, args, device, stream)
     except Exception as exc:  # noqa: BLE001  # the rows already written stay; say what broke
@@ -851,6 +863,7 @@ def main(argv: list[str] | None = None) -> int:
         run.stop.install()
     raw_argv = list(sys.argv[1:] if argv is None else argv)
     device = resolve_device(args.device, "regress")
+    _configure_threads(device)
     reason = unavailable_reason(device)
     if reason is not None:
         print(f"regress: cannot use device {device!r}: {reason}", file=sys.stderr)

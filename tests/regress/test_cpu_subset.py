@@ -26,6 +26,7 @@ def run_suite(
 ) -> tuple[int, dict[str, Any], str]:
     full_env = dict(os.environ)
     full_env.pop("INTELMAC_REGRESS_PLANT_FAULT", None)  # only the test decides about faults
+    full_env.pop("OMP_NUM_THREADS", None)  # the suite's own thread choice (one, on the CPU)
     full_env.update(env or {})
     proc = subprocess.run(
         [sys.executable, "-m", "tests.regress", "--device", "cpu", "--out", str(out), *args],
@@ -77,6 +78,11 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
     assert {r["status"] for r in report["grid"]} <= {"pass", "skip"}, [r for r in report["grid"] if r["status"] not in ("pass", "skip")]
     assert all(t["ran"] or t["skipped"] or not t["declared"] for t in report["grid_regimes"])
     assert report["device"]["family"] == "cpu"
+    # One intra-op thread in every group's process and in the report's own description: two
+    # spinning threads made this run three times slower on a busy machine.
+    ran = {name: g.get("threads") for name, g in report["groups"].items() if g.get("startup_seconds")}
+    assert set(ran) >= {"parity", "grid", "workloads"} and set(ran.values()) == {1}, ran
+    assert report["device"]["details"]["threads"] == 1 == report["torch"]["num_threads"]
     assert report["torch"]["version"] == torch.__version__
     if sys.platform != "darwin":
         assert report["patched_checks"][0]["status"] == "skip"
@@ -100,6 +106,26 @@ def test_quick_cpu_subset_passes(tmp_path: Path) -> None:
     assert "- LLM generation (float16) works on this GPU" in (tmp_path / "compat.md").read_text()
     assert "## Workloads" in md
     assert all(e["status"] == "pass" for e in compat["ops"] if e["group"] in ("parity", "shapes"))
+
+
+def test_the_cpu_device_runs_on_one_thread_unless_omp_num_threads_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    suite = importlib.import_module("tests.regress.__main__")
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        torch.set_num_threads(2)
+        suite._configure_threads("cuda")  # a GPU run keeps its CPU references' threads
+        assert torch.get_num_threads() == 2
+        suite._configure_threads("cpu")
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's own choice wins
+        suite._configure_threads("cpu")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.slow
