@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("expecttest")  # OpInfo's common_utils imports it
 
+from tests import shared_run  # noqa: E402
 from tests.regress import _known, _ops, _parity  # noqa: E402  (after importorskip)
 from tests.regress._device import family_of  # noqa: E402
 
@@ -41,6 +42,32 @@ def run_suite(
         json.loads((out / "regress.json").read_text()) if (out / "regress.json").exists() else {}
     )
     return proc.returncode, report, proc.stdout + proc.stderr
+
+
+def shared_suite_run(
+    factory: pytest.TempPathFactory, name: str, *args: str
+) -> tuple[int, dict[str, Any], str, Path]:
+    """run_suite's answer and its output folder, from one run of the suite per pytest run for
+    every test that asks for `name` (tests/shared_run.py's build_once: one run across
+    pytest-xdist's workers too). The tests that share it must ask with the same arguments."""
+
+    def make(folder: Path) -> dict[str, Any]:
+        code, _, log = run_suite(folder / "out", *args)
+        return {"args": list(args), "code": code, "log": log, "out": str(folder / "out")}
+
+    made = shared_run.build_once(factory, f"regress-{name}", make)
+    assert made["args"] == list(args), f"shared run {name!r} was made with {made['args']}, asked with {list(args)}"
+    out = Path(made["out"])
+    report = json.loads((out / "regress.json").read_text()) if (out / "regress.json").exists() else {}
+    return made["code"], report, made["log"], out
+
+
+# The self-test's own run (--self-test plants a fault in add): test_report_truth's exit-code
+# test shares it.
+SELF_TEST_RUN = (
+    "--quick", "--self-test", "--no-training", "--no-workloads", "--no-grid", "--no-memory", "--no-shapes",
+    "--ops", "add", "mul",
+)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -129,11 +156,8 @@ def test_the_cpu_device_runs_on_one_thread_unless_omp_num_threads_says(monkeypat
 
 
 @pytest.mark.slow
-def test_self_test_fault_is_reported_as_failure(tmp_path: Path) -> None:
-    code, report, log = run_suite(
-        tmp_path, "--quick", "--self-test", "--no-training", "--no-workloads", "--no-grid", "--no-memory", "--no-shapes",
-        "--ops", "add", "mul",
-    )
+def test_self_test_fault_is_reported_as_failure(tmp_path_factory: pytest.TempPathFactory) -> None:
+    code, report, log, out = shared_suite_run(tmp_path_factory, "self-test", *SELF_TEST_RUN)
     assert code == 0, log  # caught, nothing else failed (issue 12: not the 1 of a real failure)
     assert report["self_test"]["planted_op"] == "add"
     assert report["self_test"]["caught"] is True
@@ -141,7 +165,7 @@ def test_self_test_fault_is_reported_as_failure(tmp_path: Path) -> None:
     assert by_key[("add", "float32", "forward")] == "fail"
     assert by_key[("mul", "float32", "forward")] == "pass"  # only the planted op fails
     assert report["summary"]["unexpected_failures"] == 0
-    assert "CAUGHT" in (tmp_path / "regress.md").read_text()
+    assert "CAUGHT" in (out / "regress.md").read_text()
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("expecttest")  # OpInfo's common_utils imports it
 
 from tests.regress import _device, _parity  # noqa: E402  (after importorskip)
-from tests.regress.test_cpu_subset import run_suite  # noqa: E402
+from tests.regress.test_cpu_subset import SELF_TEST_RUN, run_suite, shared_suite_run  # noqa: E402
 
 # One CPU run with two faults planted: NaN in one element of every mm output (the fault the
 # H100 run used to show the miscount), and a stale last element in the memory group's
@@ -106,12 +106,9 @@ def test_point6_title_names_the_device(faulty_run: Any) -> None:
 
 
 @pytest.mark.slow
-def test_point10_self_test_exit_codes(tmp_path: Path) -> None:
+def test_point10_self_test_exit_codes(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     # Caught, nothing else failed: 0, not the 1 of a real failure.
-    code, report, log = run_suite(
-        tmp_path / "a", "--quick", "--self-test", "--no-training", "--no-workloads", "--no-grid", "--no-memory", "--no-shapes",
-        "--ops", "add",
-    )
+    code, report, log, _ = shared_suite_run(tmp_path_factory, "self-test", *SELF_TEST_RUN)
     assert code == 0, log
     assert report["self_test"]["caught"] is True
     assert report["summary"]["unexpected_failures"] == 0
