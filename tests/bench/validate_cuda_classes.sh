@@ -6,7 +6,9 @@
 # that returns -2^63 (multinomial_int_min), and a hang in the first topk of each group's
 # process (INTELMAC_REGRESS_PLANT_HANG), with a 20 s --check-timeout, and a NaN in the
 # reports group's F.linear of pytorch 178697's shape (INTELMAC_REGRESS_PLANT_FAULT). That run
-# must name each fault, end by itself, and keep every other row of the clean run.
+# must name each fault, end by itself, and keep every other row of the clean run. Both runs
+# leave the regime grid out (--no-grid): no claim reads it, and tests/regress/validate_cuda_grid.sh
+# validates it.
 # Usage (repository root): OUT=some/dir [PY=python3] [WHEELS=.whl] tests/bench/validate_cuda_classes.sh
 # Writes a log, the clean run's compat files and raw.tar.gz into $OUT; exit 0 only when
 # every step met its target.
@@ -24,9 +26,9 @@ print('claim holds')" "$WORK/clean/regress.json" "$WORK/planted/regress.json"
   $PY -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
 } 2>&1 | tee -a "$LOG"
 
-step clean 0 $PY -m tests.regress --device cuda --out "$WORK/clean"
+step clean 0 $PY -m tests.regress --device cuda --no-grid --out "$WORK/clean"
 step planted 0 env INTELMAC_REGRESS_KERNEL_FAULT=int_argmax_past_threadgroup,multinomial_int_min \
-  INTELMAC_REGRESS_PLANT_HANG=topk INTELMAC_REGRESS_PLANT_FAULT=reports.linear_320_to_1280:nan $PY -m tests.regress --device cuda --out "$WORK/planted" --check-timeout 20
+  INTELMAC_REGRESS_PLANT_HANG=topk INTELMAC_REGRESS_PLANT_FAULT=reports.linear_320_to_1280:nan $PY -m tests.regress --device cuda --no-grid --out "$WORK/planted" --check-timeout 20
 
 claim cost-and-new-rows '
 import datetime as dt

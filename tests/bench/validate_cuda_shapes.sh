@@ -4,7 +4,9 @@
 # kernel faults (tests/regress/_faults.py), which the shapes group must catch and the OpInfo
 # group, whose samples never reach the sizes, misses; and a torchvision op whose backward
 # raises together with an abort in the middle of the shapes group, which must lose no other
-# row. Each claim is checked on the reports by a few lines of Python below.
+# row. Each claim is checked on the reports by a few lines of Python below. Every run leaves
+# the regime grid out (--no-grid): no claim reads it, and tests/regress/validate_cuda_grid.sh
+# validates it.
 # Usage (repository root): OUT=some/dir [PY=python3] [WHEELS=.whl] tests/bench/validate_cuda_shapes.sh
 # Preflight as in validate_cuda.sh (expecttest from $WHEELS). Writes at most 8 files, flat,
 # into $OUT; exit 0 only when every step met its target.
@@ -21,7 +23,7 @@ print('claim holds')" "$2"
   $PY -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])'
 } 2>&1 | tee -a "$LOG"
 
-step regress 0 $PY -m tests.regress --device cuda --out "$WORK/regress"
+step regress 0 $PY -m tests.regress --device cuda --no-grid --out "$WORK/regress"
 claim shapes-ran "$WORK/regress/regress.json" '
 s = r["shapes"]
 assert r["groups"]["shapes"]["status"] == "ok", r["groups"]["shapes"]
@@ -34,7 +36,7 @@ worst = max((x for x in s if x["err_ratio"] is not None and x["err_ratio"] < flo
 print("closest to its bound:", worst["op"], worst["dtype"], worst["check"], worst["case"], worst["err_ratio"])'
 
 step size-only-faults 0 env INTELMAC_REGRESS_KERNEL_FAULT=sum_partial_simd_tail,softmax_tail_past_1024 \
-  $PY -m tests.regress --device cuda --out "$WORK/size-faults" --no-memory --no-training --no-vision \
+  $PY -m tests.regress --device cuda --out "$WORK/size-faults" --no-memory --no-training --no-vision --no-grid \
   --ops sum mean amax argmax softmax log_softmax logsumexp cumsum --shapes-ops sum softmax
 claim size-only-faults-caught-by-shapes-missed-by-opinfo "$WORK/size-faults/regress.json" '
 st = r["self_test"]
@@ -53,7 +55,7 @@ for op in ("sum", "softmax"):
 
 step raise-and-abort 1 env INTELMAC_REGRESS_PLANT_FAULT=torchvision.ops.roi_align:raise-backward \
   INTELMAC_REGRESS_PLANT_ABORT=shapes:softmax \
-  $PY -m tests.regress --device cuda --out "$WORK/raise-abort" --no-memory --no-training
+  $PY -m tests.regress --device cuda --out "$WORK/raise-abort" --no-memory --no-training --no-grid
 claim nothing-else-lost "$WORK/raise-abort/regress.json" '
 g = r["groups"]
 print("groups:", {k: (v["status"], v.get("detail", "")) for k, v in g.items()})

@@ -14,7 +14,7 @@ set -u
 . "$(dirname "$0")/validate_lib.sh"
 begin_validation reports/validation-workloads no-opinfo
 export DEVICE=${DEVICE:-cuda}  # cpu checks the script itself (every row compares the CPU with itself)
-GROUPS_ONLY="--no-parity --no-shapes --no-memory --no-patched --no-kernels"
+GROUPS_ONLY="--no-parity --no-shapes --no-grid --no-memory --no-patched --no-kernels"
 REPORT_ROWS=reports.mm_repeat,reports.conv1d_repeat,reports.conv1d_499_taps_repeat,reports.conv1d_255_taps_repeat,reports.weight_int8pack_mm_decode,reports.weight_int4pack_mm_decode,reports.int64_add_2p32,reports.int64_arith_high_word
 WORKLOAD_ROWS=workloads.llm_prompt,workloads.llm_generation,workloads.llm_generation_int8,workloads.diffusion_unet_block,workloads.speech_encoder,workloads.vision_training
 PLANT=$(echo "$REPORT_ROWS,$WORKLOAD_ROWS,mnist_cnn_batch128" | sed 's/,/:nan,/g'):nan
