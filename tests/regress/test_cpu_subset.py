@@ -35,7 +35,7 @@ def run_suite(
         env=full_env,
         capture_output=True,
         text=True,
-        timeout=1200,  # the quick run takes about 5 minutes on a busy 2-core machine
+        timeout=1200,  # the quick run took up to 6 minutes on a busy 2-core machine with two threads
         check=False,
     )
     report = (
