@@ -156,8 +156,8 @@ def callers(dylib: Path, mangled: str) -> list[str]:
     return sorted(set(_owners(dylib, pcs)))
 
 
-def callees(dylib: Path, mangled: str) -> list[str]:
-    """The demangled functions that ``mangled`` branches to (sorted, each once)."""
+def _destinations(dylib: Path, mangled: str) -> list[int]:
+    """Where the branches inside ``mangled`` go, those within it left out."""
     addresses, names = _symbols(dylib)
     position = names.index(mangled)
     start, end = int(addresses[position]), int(addresses[position + 1])
@@ -165,7 +165,12 @@ def callees(dylib: Path, mangled: str) -> list[str]:
     _words, index, dest = _branches(dylib)
     pcs = vmaddr + 4 * index.astype(np.int64)
     inside = (pcs >= start) & (pcs < end) & ((dest < start) | (dest >= end))
-    return sorted(set(_owners(dylib, dest[inside].tolist())))
+    return [int(d) for d in dest[inside].tolist()]
+
+
+def callees(dylib: Path, mangled: str) -> list[str]:
+    """The demangled functions that ``mangled`` branches to (sorted, each once)."""
+    return sorted(set(_owners(dylib, _destinations(dylib, mangled))))
 
 
 @functools.cache
@@ -189,14 +194,8 @@ def _stubs(dylib: Path) -> dict[int, str]:
 def imported_callees(dylib: Path, mangled: str) -> list[str]:
     """The imported symbols (mangled, as the stubs name them) that ``mangled`` calls through
     the stubs (sorted, each once): what ``callees`` cannot name, e.g. libc or another dylib."""
-    addresses, names = _symbols(dylib)
-    position = names.index(mangled)
-    start, end = int(addresses[position]), int(addresses[position + 1])
-    vmaddr = text_section(dylib)[0]
-    _words, index, dest = _branches(dylib)
-    pcs = vmaddr + 4 * index.astype(np.int64)
     stubs = _stubs(dylib)
-    return sorted({stubs[d] for d in dest[(pcs >= start) & (pcs < end)].tolist() if d in stubs})
+    return sorted({stubs[d] for d in _destinations(dylib, mangled) if d in stubs})
 
 
 def version_sites(dylib: Path, header: Path) -> list[Site]:
