@@ -14,7 +14,7 @@ Each is compiled whole, with our MPSHeapStorage.mm, against the stand-in Metal a
 own: alloc_build.whole_allocator_library). whole_scenarios.py drives it through upstream's
 public IMPSAllocator in one process per pretend GPU (the allocator is a process-wide
 singleton): allocation, reuse, free, scalars and pinned memory where the line has them,
-emptyCache, out of memory and pinned memory under pressure; the asserts are on the
+emptyCache, out of memory, pinned memory under pressure and issue 42's probe; the asserts are on the
 allocator's statistics and messages and on the stand-in's records. On 2.6.0 the library
 also holds the body of MPSHooks::getPinnedMemoryAllocator from the patched exact
 MPSHooks.mm (patch 0012), what tensor.pin_memory() asks for MPS, run against this
@@ -277,3 +277,20 @@ def test_the_text_that_runs_is_dated_by_the_binary(line: str) -> None:
     assert allocator_291.source_facts(_allocator_text(line)) == facts
     if line != "2.6.0":  # the check tells the lines apart: 2.6.0's own text fails it
         assert allocator_291.source_facts(conftest.exact_260_file(alloc_build.ALLOCATOR_MM)) != facts
+
+
+@pytest.mark.parametrize("gpu", ["intel", "apple"])
+def test_small_requests_never_hold_a_large_free_block(results: dict[str, dict[str, Any]], gpu: str) -> None:
+    """Issue 42's probe on upstream's own pools (2.6.0, 2.9.1; an AMD GPU has no pinned memory
+    or scalar pool there): ten freed 24 MiB pinned blocks stay cached, 5 scalars of 8 bytes and
+    5 pinned tensors of 4 KiB go to the small pools and hold at most 1 MiB each
+    (kMaxSmallAlloc), and the next 24 MiB pinned request reuses a cached block: no new Metal
+    memory. What 2.14.1 and 2.15.0 needed rule 7a for (test_allocator.py) holds here by
+    upstream's pool choice."""
+    got = results[gpu]["small_after_large"]
+    assert all("handle" in b for b in [*got["large"], *got["small"], got["again"]]), got
+    assert got["cached"]["current_allocated"] == 0, got
+    assert got["held"]["current_allocated"] <= 10 * MIB, got
+    assert got["after"]["current_allocated"] - got["held"]["current_allocated"] == got["again"]["length"], got
+    assert got["after"]["total_allocated"] == got["held"]["total_allocated"], got
+    assert got["after"]["driver_allocated"] == got["held"]["driver_allocated"], got

@@ -121,6 +121,8 @@ def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
     # pinned memory under pressure (issue 35), with the default limit back in force
     whole.lib.whole_set_high_watermark(out["defaults"]["high_watermark_limit"] / out["defaults"]["recommended_max"])
     out["pinned_pressure"] = pinned_pressure(whole)
+    if unified:  # pinned memory and the scalar pool exist only with unified memory on these lines
+        out["small_after_large"] = small_after_large(whole)
     out["end"] = whole.stats()
     out["violations"] = fake.violations()
     out["heap_storage_refused"] = fake.records("heap_storage_refused")
@@ -164,6 +166,25 @@ def pinned_pressure(whole: Whole) -> dict[str, Any]:
     whole.lib.whole_empty_cache()
     phases["end"] = whole.stats()
     out["phases"] = phases
+    return out
+
+
+def small_after_large(whole: Whole) -> dict[str, Any]:
+    """Issue 42's probe: ten 24 MiB pinned blocks freed, then 5 scalars of 8 bytes and 5
+    pinned tensors of 4 KiB held, then a 24 MiB pinned request; everything freed after."""
+    large = [whole.alloc(PINNED, PINNED_FILL) for _ in range(10)]
+    for block in large:
+        whole.lib.whole_free(block.get("handle", -1))
+    whole.lib.whole_complete()
+    cached = whole.stats()
+    small = [whole.alloc(SCALAR, 8) for _ in range(5)] + [whole.alloc(PINNED, 4 * KiB) for _ in range(5)]
+    held = whole.stats()
+    again = whole.alloc(PINNED, PINNED_FILL)
+    out = {"large": large, "cached": cached, "small": small, "held": held, "again": again, "after": whole.stats()}
+    for block in [*small, again]:
+        whole.lib.whole_free(block.get("handle", -1))
+    whole.lib.whole_complete()
+    whole.lib.whole_empty_cache()
     return out
 
 
