@@ -74,6 +74,7 @@ from . import (
     companion_tags,
     draft,
     expressions,
+    pins,
     plan,
     release_status,
     tested,
@@ -1188,13 +1189,10 @@ def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping
 def _cmd_pip(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
              files: dict[str, Any]) -> StepOutcome:
     """pip install in a job that builds, signs or publishes: every package pinned by hash
-    (`--require-hashes` on a requirements file), or the project alone (`--no-deps -e .`);
+    (`--require-hashes` on a requirements file), or the project alone (ci/pins.py);
     anything else could fetch a package no one pinned (docs/releasing.md, 'Pinned with
     hashes'). What pip then installs is not modelled."""
-    words = shlex.split(script)
-    hashed = "--require-hashes" in words and "-r" in words
-    project_only = "--no-deps" in words and words[-2:] == ["-e", "."]
-    if hashed or project_only or not sim.code.hash_pins:
+    if not pins.unpinned(script) or not sim.code.hash_pins:
         return _cmd_noop(sim, run, leg, script, env, files)
     return StepOutcome(False, error=f"{leg.name}: '{script}' may install packages not pinned by "
                        "hash in a job that builds, signs or publishes (docs/releasing.md, "
@@ -1634,6 +1632,16 @@ def run_all(workflow: Path, catalog: Catalog, version: str | None = None,
     return outcomes
 
 
+def ci_workflow_problems(path: Path = pins.CI_WORKFLOW,
+                         makefile: Path = pins.MAKEFILE) -> list[str]:
+    """ci.yml's installs that may fetch a package no hash pins, in any job: a job on the
+    default branch can write the cache entries of the repository (docs/releasing.md,
+    "Pinned with hashes"). A step's `make TARGET` counts with the Makefile's recipes."""
+    found = pins.workflow_unpinned(_load_workflow(str(path), path.stat().st_mtime_ns), makefile)
+    return [f"{path.name}: {where}: '{command}' may install packages not pinned by hash"
+            for where, commands in found.items() for command in commands]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.simulate",
                                      description=__doc__.split("\n\n")[0])
@@ -1641,6 +1649,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--catalog", type=Path, default=None)
     parser.add_argument("--line", default=None, help="the line the tags release (default: "
                         "the catalog's default line)")
+    parser.add_argument("--ci-workflow", type=Path, default=pins.CI_WORKFLOW,
+                        help="the push and pull-request workflow, whose installs must be "
+                        "pinned by hash (default: .github/workflows/ci.yml)")
     parser.add_argument("--doc", type=Path, default=RELEASES_DOC)
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's jobs")
     parser.add_argument("--scenario", action="append", default=[],
@@ -1649,9 +1660,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         outcomes = run_all(args.workflow, catalog_module.load(args.catalog), args.line, args.doc,
                            only=args.scenario)
+        unpinned = ci_workflow_problems(args.ci_workflow)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    for problem in unpinned:
+        print(f"FAIL {problem}")
     width = max(len(outcome.scenario) for outcome in outcomes)
     for outcome in outcomes:
         mark = "ok  " if outcome.ok else "FAIL"
@@ -1667,7 +1681,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose or not outcome.ok:
             for line in outcome.trace:
                 print(f"       {line}")
-    return 0 if all(outcome.ok for outcome in outcomes) else 1
+    return 0 if all(outcome.ok for outcome in outcomes) and not unpinned else 1
 
 
 if __name__ == "__main__":

@@ -414,3 +414,57 @@ def test_a_torchvision_wheel_tagged_otherwise_than_the_matrix_assumes_stops_its_
     assert outcome.state == "failed, says why", said
     assert "is tagged py3-none, but the catalog's companion.wheel_tags" in said
     assert "the bytes tested are not the bytes" not in said
+
+
+#: ci.yml's installs, each unpinned again in a copy (N4 of issue 40): (old, new).
+CI_PLANTS = [
+    # the lint step's ruff by version alone, as on issue 40's main
+    ("        run: .venv/bin/ruff check",
+     "        run: python -m pip install --quiet 'ruff==0.17.6' && ruff check"),
+    # the orchestrator with its dependencies from the index, as on issue 40's main
+    ("          python -m pip install --quiet --no-deps --no-build-isolation -e .\n",
+     "          python -m pip install --quiet -e .\n"),
+    # the test tools from a step of their own
+    ("        run: make .venv/.stamp\n", "        run: python -m pip install -e '.[test]'\n"),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), CI_PLANTS)
+def test_an_unpinned_install_in_ci_yml_fails_make_ci_simulate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str) -> None:
+    text = simulate.pins.CI_WORKFLOW.read_text()
+    assert old in text, old
+    path = tmp_path / "ci.yml"
+    path.write_text(text.replace(old, new, 1))
+    assert simulate.main(["--ci-workflow", str(path), "--scenario", "first-tag-green"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL ci.yml: " in out and "may install packages not pinned by hash" in out, out
+    assert "ok   first-tag-green" in out
+
+
+def test_make_test_installing_the_test_extras_unpinned_fails_make_ci_simulate(
+        tmp_path: Path) -> None:
+    """ci.yml's test job runs `make test`: the Makefile's venv recipes count as its steps
+    (the test extras were installed with `pip install -e '.[test]'` on issue 40's main)."""
+    assert simulate.ci_workflow_problems() == []
+    makefile = tmp_path / "Makefile"
+    text = simulate.pins.MAKEFILE.read_text()
+    old = "--require-hashes --only-binary=:all: --no-deps -r $(TEST_PINS)"
+    assert old in text
+    makefile.write_text(text.replace(old, "-e '.[test]'"))
+    found = simulate.ci_workflow_problems(makefile=makefile)
+    assert found and all("make .venv/.stamp" in problem or "make test" in problem
+                         or "make ci-plan" in problem for problem in found), found
+
+
+def test_issue_40s_main_installed_unpinned_packages_in_ci_yml(tmp_path: Path) -> None:
+    """Seen failing on issue 40's main (af7490a): ci.yml's lint, test, matrix and
+    verify-patches jobs installed packages that no hash pins."""
+    for name in ("ci.yml", "Makefile"):
+        source = ".github/workflows/ci.yml" if name == "ci.yml" else name
+        shown = subprocess.run(["git", "show", f"af7490a:{source}"], cwd=REPO, check=True,
+                               capture_output=True, text=True)
+        (tmp_path / name).write_text(shown.stdout)
+    found = simulate.ci_workflow_problems(tmp_path / "ci.yml", tmp_path / "Makefile")
+    jobs = {problem.split(": ")[1] for problem in found}
+    assert jobs == {"test", "matrix", "verify-patches"}, found
