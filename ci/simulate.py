@@ -61,7 +61,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -191,6 +191,9 @@ class Faults:
     vision_tag: str | None = None
     # Attempts in which warm-up job 1's compile fails (exit != 0: a full disk, a download).
     warmup_fails: int = 0
+    # Python -> attempts in which its own part of the build fails to compile (what links
+    # that Python: torch_python, its _C bindings); what every Python shares compiles.
+    python_own_fails: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              "hand-over upload fails; then the button", (PUSH, PRESS),
              lambda c, v: Faults(compile_boxes=budget.WARMUP_JOBS - 0.5,
                                  handover_fails=(f"warmup-{budget.WARMUP_JOBS}", 1))),
+    Scenario("newest-python-own-part-fails", "the newest Python's own part of the build (its "
+             "_C bindings) fails every time", (PUSH, PRESS),
+             lambda c, v: Faults(python_own_fails={_newest(c, v): 99})),
     Scenario("subset-published-then-completed", "the newest Python fails once; the subset is "
              "published by hand; then the button", (PUSH, Action("publish-subset"), PRESS),
              lambda c, v: Faults(python_fails={_newest(c, v): 1})),
@@ -952,7 +958,7 @@ def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[s
     else:
         done = min(need, done + 1.0)
         files[f"{CCACHE}/ccache"] = {"boxes": done}
-        if done >= need and gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
+        if done >= need and gated_python and _python_fails(sim, python):
             state = warmup.State(stage, warmup.FAILED, 1, box, box)
         elif done >= need:
             state = warmup.State(stage, warmup.FINISHED, 0, box * 0.5, box)
@@ -977,8 +983,15 @@ def _real_warmup_run(sim: Simulator, leg: Leg, script: str, env: Mapping[str, st
 
     def compiled(commands: Any, *, minutes: float, stage: int, state_path: Path,
                  grace: float = 0.0) -> Any:
+        # The commands are the real code's: a build stage that compiles a Python's own part
+        # (no --shared-only) fails with it, once the compile gets that far (its last box).
+        own = [python for command in commands if _builds_own_part(command)
+               for python in _flag_values(command, "--python")]
+        ended_as = state
+        if state.outcome == warmup.FINISHED and any(_python_own_fails(sim, p) for p in own):
+            ended_as = replace(state, outcome=warmup.FAILED, exit_code=1)
         known = getattr(code.State, "__dataclass_fields__", {})
-        ended = code.State(**{k: v for k, v in state.__dict__.items() if k in known})
+        ended = code.State(**{k: v for k, v in ended_as.__dict__.items() if k in known})
         ended.save(state_path)
         return ended
 
@@ -986,6 +999,27 @@ def _real_warmup_run(sim: Simulator, leg: Leg, script: str, env: Mapping[str, st
         status, printed, outputs = _entry_point(code.main, _argv_after(script, "ci.warmup"),
                                                 env, files)
     return StepOutcome(status == 0, outputs, _said(leg, printed), state.minutes, status=status)
+
+
+def _builds_own_part(command: Sequence[str]) -> bool:
+    """Whether an orchestrator command compiles a Python's own part: its build stage
+    without --shared-only (failfast.SHARED_TARGETS)."""
+    words = list(command)
+    return "build" in words and "--shared-only" not in words
+
+
+def _flag_values(command: Sequence[str], flag: str) -> list[str]:
+    words = list(command)
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word == flag]
+
+
+def _python_own_fails(sim: Simulator, python: str) -> bool:
+    return sim.faults.python_own_fails.get(python, 0) >= sim.attempts
+
+
+def _python_fails(sim: Simulator, python: str) -> bool:
+    """Whether Python's wheel fails in this attempt: its verify stage, or its own part."""
+    return sim.faults.python_fails.get(python, 0) >= sim.attempts or _python_own_fails(sim, python)
 
 
 def _wheel_name(project: str, version: str, tag: str, platform: str) -> str:
@@ -1022,7 +1056,10 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
     if not warm:
         return StepOutcome(False, error=f"{leg.name}: the compiler cache is cold; the build "
                            "ran out of time", minutes=minutes)
-    if sim.faults.python_fails.get(python_text, 0) >= sim.attempts:
+    if _python_own_fails(sim, python_text):
+        return StepOutcome(False, error=f"{leg.name}: Python {python_text}'s own part of "
+                           "the build (its _C bindings) failed to compile", minutes=minutes)
+    if _python_fails(sim, python_text):
         return StepOutcome(False, error=f"{leg.name}: Python {python_text}'s wheel failed "
                            "its verify stage", minutes=minutes)
     torch = _wheel_name('torch', catalog.wheel_version(line), f'{cp}-{cp}', platform)

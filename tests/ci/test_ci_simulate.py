@@ -23,7 +23,8 @@ from intelmac_torch_builder.core import catalog as catalog_module
 BEFORE = "65b162324037facd2488864be97e93b27f98e1f7"
 #: The scenarios issue 33's table named (later ones cover later fixes).
 ISSUE_33_SCENARIOS = [name for name in (s.name for s in simulate.SCENARIOS)
-                      if name not in ("test-dependency-swaps-wheels", "handover-upload-fails")]
+                      if name not in ("test-dependency-swaps-wheels", "handover-upload-fails",
+                                      "newest-python-own-part-fails")]
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +160,16 @@ def test_a_warmup_that_returns_0_for_an_unfinished_last_job_fails(
     source = Path(simulate.warmup.__file__).read_text()
     old = "        print(f\"::error title=Warm-up unfinished::{unfinished_message(state)}\")\n        return 1\n"
     assert old in source
+    outcomes = _with_warmup(tmp_path, source.replace(old, old.replace("return 1", "return 0")),
+                            catalog, "warmup-out-of-time")
+    assert [o.ok for o in outcomes] == [False], outcomes[0].trace
+
+
+def _with_warmup(tmp_path: Path, source: str, catalog: catalog_module.Catalog,
+                 scenario: str) -> list[simulate.Outcome]:
+    """A scenario played with another ci/warmup.py (its text), in place of today's."""
     path = tmp_path / "warmup_planted.py"
-    path.write_text(source.replace(old, old.replace("return 1", "return 0")))
+    path.write_text(source)
     name = "intelmac_torch_builder.ci.warmup_planted"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
@@ -168,11 +177,31 @@ def test_a_warmup_that_returns_0_for_an_unfinished_last_job_fails(
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-        outcomes = simulate.run_all(RELEASE, catalog, code=simulate.Code(warmup=module),
-                                    only=["warmup-out-of-time"])
+        return simulate.run_all(RELEASE, catalog, code=simulate.Code(warmup=module),
+                                only=[scenario])
     finally:
         del sys.modules[name]
-    assert [o.ok for o in outcomes] == [False], outcomes[0].trace
+
+
+def test_the_newest_pythons_own_part_failing_costs_only_its_wheel(
+        tmp_path: Path, catalog: catalog_module.Catalog) -> None:
+    """N3 of issue 40: the warm-up compiled the newest Python's whole build stage, so a
+    failure of that Python's own part (its _C bindings) failed the warm-up and every wheel
+    job of the line (seen failing with issue 40's main's ci/warmup.py, af7490a: the state
+    'failed, says why', all five wheels missing). It now builds only what every Python
+    shares (build --shared-only)."""
+    (outcome,) = simulate.run_all(RELEASE, catalog, only=["newest-python-own-part-fails"])
+    assert outcome.ok and outcome.state == "draft, resumable", outcome.trace
+    newest = catalog.line(catalog.default_version).python[-1]
+    failed = [line for line in outcome.trace if line.lstrip().startswith("! wheel ")]
+    assert failed and all(f"Python {newest}:" in line for line in failed), failed
+    before = subprocess.run(["git", "show", "af7490a:ci/warmup.py"], cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout
+    (old,) = _with_warmup(tmp_path, before, catalog, "newest-python-own-part-fails")
+    assert not old.ok and old.state == "failed, says why", old.trace
+    stopped = {line.split(":")[0].strip() for line in old.trace if "The warm-up failed" in line}
+    assert {f"! wheel {catalog.default_version} / Python {p}"
+            for p in catalog.line(catalog.default_version).python} <= stopped, stopped
 
 
 def test_a_step_without_a_model_is_an_error(tmp_path: Path,
