@@ -8,6 +8,8 @@ presses the button the run's error messages name:
 * **order** (*Using jobs in a workflow*): jobs run in parallel unless ``needs`` orders
   them; each scenario runs with every job starting as soon as its needs end, and with the
   jobs one at a time in the file's order; an artifact is seen once its upload step ran;
+* **macOS runners** (*Actions limits*): at most ``MACOS_CONCURRENT`` GitHub-hosted macOS
+  legs run at once; the next waits for the first to end;
 * **needs and if** (GitHub docs, *Using jobs* / *Expressions*): a job without an ``if``
   runs when every job before it in its chain succeeded; ``!cancelled()``, ``always()``,
   ``failure()`` lift that; a step's ``if`` defaults to the steps before it succeeding;
@@ -341,6 +343,12 @@ def _with_success(condition: Any) -> str:
     return f"success() && ({inner})"
 
 
+#: GitHub-hosted macOS jobs that run at once; more wait in a queue, first come first served
+#: (GitHub docs, *Actions limits*, concurrent jobs: 5 macOS jobs on the Free, Pro and Team
+#: plans, 50 on Enterprise).
+MACOS_CONCURRENT = 5
+
+
 class Simulator:
     def __init__(self, workflow_path: Path, catalog: Catalog, version: str, faults: Faults,
                  log: Callable[[str], None] | None = None, code: Code = Code(),
@@ -358,6 +366,10 @@ class Simulator:
         self.faults = faults
         self.world = World()
         self.runs: list[Run] = []
+        self.macos_concurrent = MACOS_CONCURRENT
+        # (start, end) hours of every GitHub-hosted macOS leg so far, in the order they
+        # started: the account's macOS slots, shared by every run.
+        self.macos_legs: list[tuple[float, float]] = []
         self.attempts = 0  # every attempt of every run: the faults count these
         self.failed_before: set[str] = set()  # the jobs that failed before this attempt
         self.log = log or (lambda text: None)
@@ -516,8 +528,32 @@ class Simulator:
              contexts: Mapping[str, Any], begins: float) -> Leg:
         name = expressions.to_string(expressions.interpolate(
             job.get("name", job_id), {**contexts, "matrix": entry}))
+        hosted_mac = str(expressions.interpolate(job.get("runs-on", ""),
+                                                 {**contexts, "matrix": entry})).startswith("macos-")
+        if hosted_mac:
+            begins = self._macos_slot(begins)
         leg = Leg(name, "success", matrix=dict(entry), attempt=run.attempt, start=begins,
                   job_id=job_id)
+        self._run_leg(run, job_id, job, leg, contexts, begins)
+        if hosted_mac:
+            self.macos_legs.append((leg.start, leg.end))
+        return leg
+
+    def _macos_slot(self, ready: float) -> float:
+        """When a macOS leg ready at ``ready`` gets a runner: once fewer than
+        ``macos_concurrent`` run, and not before one queued earlier started (first come,
+        first served; the jobs reach here in the order they became ready)."""
+        at = max([ready] + [start for start, _ in self.macos_legs[-1:]])
+        while True:
+            running = [end for start, end in self.macos_legs if start <= at < end]
+            if len(running) < self.macos_concurrent:
+                return at
+            at = min(running)
+
+    def _run_leg(self, run: Run, job_id: str, job: Mapping[str, Any], leg: Leg,
+                 contexts: Mapping[str, Any], begins: float) -> None:
+        name = leg.name
+        entry = leg.matrix
         local: dict[str, Any] = {**contexts, "matrix": dict(entry), "steps": {},
                                  "github": {**contexts["github"], "job": job_id},
                                  "runner": {"temp": "/tmp/runner", "os": "macOS", "arch": "X64"}}
@@ -548,7 +584,7 @@ class Simulator:
                 leg.errors.append(f"{name}: The runner lost communication with the server "
                                   "(the job stopped mid-step; nothing after it ran).")
                 leg.minutes = minutes + float(self.line_box())
-                return leg
+                return
             step_env = {**env, **{key: expressions.to_string(value) for key, value in
                                   expressions.interpolate(raw.get("env") or {}, local).items()}}
             with_ = {key: expressions.to_string(value) for key, value in
@@ -590,7 +626,6 @@ class Simulator:
         leg.minutes = minutes
         leg.outputs = {key: expressions.interpolate(value, local)
                        for key, value in (job.get("outputs") or {}).items()}
-        return leg
 
     # -- the steps --
 
