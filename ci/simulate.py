@@ -8,8 +8,8 @@ presses the button the run's error messages name:
 * **order** (*Using jobs in a workflow*): jobs run in parallel unless ``needs`` orders
   them; each scenario runs with every job starting as soon as its needs end, and with the
   jobs one at a time in the file's order; an artifact is seen once its upload step ran;
-* **macOS runners** (*Actions limits*): at most ``MACOS_CONCURRENT`` GitHub-hosted macOS
-  legs run at once; the next waits for the first to end;
+* **macOS runners** (*Actions limits*): in a third order, at most ``MACOS_CONCURRENT``
+  GitHub-hosted macOS legs run at once; the next waits for the first to end;
 * **needs and if** (GitHub docs, *Using jobs* / *Expressions*): a job without an ``if``
   runs when every job before it in its chain succeeded; ``!cancelled()``, ``always()``,
   ``failure()`` lift that; a step's ``if`` defaults to the steps before it succeeding;
@@ -96,7 +96,11 @@ RERUN = "Re-run failed jobs"
 RERUN_NAMED = re.compile(r"re-run (the )?failed jobs", re.IGNORECASE)
 DISPATCH_ON_TAG = "Use workflow from"
 #: The orders a run's jobs may take (each respects ``needs`` and nothing else).
-SCHEDULES = ("earliest", "serial")
+#: The job orders every scenario is played in: each job as early as its needs allow (the
+#: order that exposes a missing ``needs``: a job races what it does not wait for), one job at
+#: a time in the file's order, and as early as GitHub's macOS limit lets the legs start
+#: (``MACOS_CONCURRENT``: which of two ready jobs gets the runners first is not promised).
+SCHEDULES = ("earliest", "serial", "queued")
 
 
 class SimulationError(BuildError):
@@ -530,12 +534,12 @@ class Simulator:
             job.get("name", job_id), {**contexts, "matrix": entry}))
         hosted_mac = str(expressions.interpolate(job.get("runs-on", ""),
                                                  {**contexts, "matrix": entry})).startswith("macos-")
-        if hosted_mac:
+        if hosted_mac and self.order_kind == "queued":
             begins = self._macos_slot(begins)
         leg = Leg(name, "success", matrix=dict(entry), attempt=run.attempt, start=begins,
                   job_id=job_id)
         self._run_leg(run, job_id, job, leg, contexts, begins)
-        if hosted_mac:
+        if hosted_mac and self.order_kind == "queued":
             self.macos_legs.append((leg.start, leg.end))
         return leg
 
