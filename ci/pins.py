@@ -96,8 +96,9 @@ def step_unpinned(script: str, makefile: Path = MAKEFILE) -> list[str]:
         for target in match["targets"].split():
             if "=" in target or target.startswith("-"):
                 continue  # a variable or an option, not a target
+            rule = re.sub(r"^\.venv/", "$(VENV)/", target)  # the Makefile's VENV default
             try:
-                found += [f"make {target}: {bad}" for bad in unpinned(make_recipes(target, makefile))]
+                found += [f"make {target}: {bad}" for bad in unpinned(make_recipes(rule, makefile))]
             except KeyError:
                 continue  # a target without a rule of its own (a phony alias) installs nothing
     return found

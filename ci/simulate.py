@@ -38,9 +38,9 @@ presses the button the run's error messages name:
   so a job without ``contents: write`` sees no draft of its tag.
 
 Our own entry points run for real with the step's arguments where they decide the
-release: ``ci.warmup run`` (its compile modelled), ``ci.release_status`` (``gh`` answered by
-the world, ``_Gh``), the matrix step; ``ci.warmup`` next/ready/pick, ``ci.tested``,
-``ci.wheel_names`` and ``ci.draft``'s decisions are their real functions. The other
+release: ``ci.warmup run`` (its compile modelled), ``ci.release_status`` and ``ci.draft add``
+(``gh`` answered by the world, ``_Gh``), the matrix step; ``ci.warmup`` next/ready/pick,
+``ci.tested``, ``ci.wheel_names`` and ``ci.draft``'s refusal are their real functions. The other
 commands (the compile, ``make build``, the tests, the index) are modelled step by step
 (``COMMANDS``). A command without a model is an error, so a new step cannot slip past.
 
@@ -54,6 +54,7 @@ import argparse
 import contextlib
 import fnmatch
 import functools
+import hashlib
 import io
 import json
 import os
@@ -1249,17 +1250,12 @@ def _local_wheels(files: Mapping[str, Any]) -> dict[str, str]:
 
 def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
                    files: dict[str, Any]) -> StepOutcome:
-    tag = run.tag or ""
-    problem = _refusal(sim, run)
-    if problem:
-        return StepOutcome(False, error=f"{leg.name}: {problem}")
-    release = sim.world.releases.setdefault(tag, Release(True, {}))
-    local = _local_wheels(files)
-    for name in draft.plan_add(local, release.assets).upload:
-        release.assets[name] = local[name]
-    wheels = {name: digest for name, digest in release.assets.items() if name.endswith(".whl")}
-    release.assets[draft.SUMS] = draft.sums_text(wheels)  # uploaded with --clobber: it grows
-    return StepOutcome(True)
+    """ci/draft.py add, for real, with the step's arguments: its gh calls (list the
+    releases, create the draft, upload, upload SHA256SUMS with --clobber, read assets back)
+    answered by the world (``_Gh``). A wheel's bytes are its world digest."""
+    code, printed, outputs = _entry_point(draft.main, _argv_after(script, "ci.draft"), env,
+                                          files, _Gh(sim, run, env["GITHUB_JOB"]), sim.catalog)
+    return StepOutcome(code == 0, outputs, _said(leg, printed), status=code)
 
 
 def _cmd_pip(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
@@ -1426,17 +1422,19 @@ class _Gh:
 
     def __call__(self, args: Sequence[str]) -> tuple[int, str, str]:
         releases = self.sim.world.releases
+        if args[:1] == ["api"]:
+            return self._api(args[1:])
         verb = " ".join(args[:2])
         tag = args[2] if len(args) > 2 else ""
         release = releases.get(tag)
         if verb == "release view":
             if release is None or (release.draft and not self.write):
                 return 1, "", "release not found"
-            assets = [{"name": name, "digest": f"sha256:{digest}"}
-                      for name, digest in release.assets.items()]
-            return 0, json.dumps({"isDraft": release.draft, "assets": assets}), ""
+            return 0, json.dumps({"isDraft": release.draft, "assets": _assets(release)}), ""
         if not self.write:
             return 1, "", "HTTP 403: Resource not accessible by integration"
+        if verb == "release upload":
+            return self._upload(release, tag, args[3:])
         if verb == "release edit" and release is not None:
             for flag in args[3:]:
                 if flag.startswith("--draft"):
@@ -1448,6 +1446,49 @@ class _Gh:
             releases[tag] = Release("--draft" in args or "--draft=true" in args, {})
             return 0, "", ""
         return 1, "", f"the simulated gh has no model of: gh {' '.join(args)}"
+
+    def _api(self, args: Sequence[str]) -> tuple[int, str, str]:
+        """``gh api``: the list of releases (a draft only for push access), and an asset's
+        bytes by id."""
+        path = next((arg for arg in args if arg.startswith("repos/")), "")
+        if path.endswith("/releases"):
+            listed = [{"tag_name": tag, "draft": release.draft, "immutable": False,
+                       "assets": _assets(release)}
+                      for tag, release in self.sim.world.releases.items()
+                      if self.write or not release.draft]
+            return 0, json.dumps([listed] if "--slurp" in args else listed), ""
+        if "/releases/assets/" in path:
+            wanted = int(path.rsplit("/", 1)[1])
+            for release in self.sim.world.releases.values():
+                if release.draft and not self.write:
+                    continue
+                for asset in _assets(release):
+                    if asset["id"] == wanted:
+                        return 0, release.assets[asset["name"]], ""
+            return 1, "", "HTTP 404: Not Found"
+        return 1, "", f"the simulated gh has no model of: gh api {' '.join(args)}"
+
+    def _upload(self, release: Release | None, tag: str,
+                args: Sequence[str]) -> tuple[int, str, str]:
+        """``gh release upload TAG FILE... [--clobber]``: an asset of the same name is
+        replaced only with --clobber (gh manual); else nothing is uploaded."""
+        if release is None:
+            return 1, "", f"release not found: {tag}"
+        paths = [Path(arg) for arg in args if not arg.startswith("-")]
+        clash = [path.name for path in paths if path.name in release.assets]
+        if clash and "--clobber" not in args:
+            return 1, "", f"asset under the same name already exists: {clash}"
+        for path in paths:
+            release.assets[path.name] = path.read_text()
+        return 0, "", ""
+
+
+def _assets(release: Release) -> list[dict[str, Any]]:
+    """A release's assets as GitHub's API lists them: the sha256 of each one's bytes (a
+    wheel's bytes are its world digest) and an id (its place in the release)."""
+    return [{"name": name, "id": number, "digest":
+             "sha256:" + hashlib.sha256(content.encode()).hexdigest()}
+            for number, (name, content) in enumerate(release.assets.items(), start=1)]
 
 
 #: What a step needs of its job's GITHUB_TOKEN (each action's README; the REST API's

@@ -484,6 +484,9 @@ def test_make_test_installing_the_test_extras_unpinned_fails_make_ci_simulate(
     found = simulate.ci_workflow_problems(makefile=makefile)
     assert found and all("make .venv/.stamp" in problem or "make test" in problem
                          or "make ci-plan" in problem for problem in found), found
+    # The step that sets up the venv is read through the Makefile's $(VENV) too.
+    assert any(problem.startswith("ci.yml: test: Install the orchestrator and the test tools")
+               for problem in found), found
 
 
 def test_issue_40s_main_installed_unpinned_packages_in_ci_yml(tmp_path: Path) -> None:
@@ -524,3 +527,28 @@ def test_no_more_macos_jobs_run_at_once_than_githubs_limit(
     free.push(1)
     assert sim.runs[-1].minutes == pytest.approx(free.runs[-1].minutes)
     assert (sim.world.hour > free.world.hour) == (limit < 5)
+
+
+def test_draft_add_runs_for_real_and_sha256sums_needs_clobber(
+        catalog: catalog_module.Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ci.draft add` runs for real against the world's releases (gh answered by the
+    world): the re-run adds the missing Python, and SHA256SUMS keeps its lines and grows.
+    Its SHA256SUMS upload without --clobber is refused by gh, so the re-run cannot finish
+    (seen: one-python-fails then ends "failed, says why")."""
+    (outcome,) = simulate.run_all(RELEASE, catalog, only=["one-python-fails"])
+    assert outcome.ok, outcome.trace
+    sim = simulate.Simulator(RELEASE, catalog, catalog.default_version,
+                             simulate.Faults(python_fails={catalog.line(
+                                 catalog.default_version).python[1]: 1}))
+    sim.push(1)
+    release = sim.world.releases[f"v{catalog.default_version}-1"]
+    first = release.assets[simulate.draft.SUMS]
+    sim.press()
+    assert release.assets[simulate.draft.SUMS].startswith(first)
+    assert len(release.assets[simulate.draft.SUMS].splitlines()) > len(first.splitlines())
+    real_gh = simulate.draft.gh
+    monkeypatch.setattr(simulate.draft, "gh",
+                        lambda *args: real_gh(*[arg for arg in args if arg != "--clobber"]))
+    (planted,) = simulate.run_all(RELEASE, catalog, only=["one-python-fails"])
+    assert not planted.ok and planted.state != "published", planted.trace
+    assert any("asset under the same name already exists" in line for line in planted.trace)
