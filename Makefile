@@ -3,7 +3,8 @@
 #                then its torchvision built against it (TORCH_ONLY=1: torch alone)
 #   make test    the project's own test suite (hermetic: no network beyond 127.0.0.1)
 # Each bootstraps the virtual environment it needs: make build only the orchestrator's pinned,
-# hashed packages (patches/toolchain/orchestrator.txt); make test adds the test extras.
+# hashed packages (patches/toolchain/orchestrator.txt); make test adds the test extras, also
+# pinned with hashes (patches/toolchain/test.txt).
 
 HOST_PYTHON ?= python3
 VENV        ?= .venv
@@ -95,8 +96,13 @@ $(VENV)/.stamp-delocate: $(VENV)/.stamp-build
 	$(PY) -m pip install -q --require-hashes --only-binary=:all: --no-deps -r $(VENV)/delocate-pins.txt
 	touch $@
 
-$(VENV)/.stamp: $(VENV)/.stamp-build $(VENV)/.stamp-delocate
-	$(EDITABLE) $(PY) -m pip install -q -e '.[test]'
+# The test tools the same way: pyproject.toml's test and regress extras, pinned with hashes
+# for every platform and Python (patches/toolchain/test.txt, at orchestrator.txt's versions
+# where they share a package); the project is already installed without dependencies.
+TEST_PINS := patches/toolchain/test.txt
+
+$(VENV)/.stamp: $(VENV)/.stamp-build $(VENV)/.stamp-delocate $(TEST_PINS)
+	$(PY) -m pip install -q --require-hashes --only-binary=:all: --no-deps -r $(TEST_PINS)
 	touch $@
 
 $(TORCH_STAMP): $(VENV)/.stamp

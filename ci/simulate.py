@@ -8,6 +8,8 @@ presses the button the run's error messages name:
 * **order** (*Using jobs in a workflow*): jobs run in parallel unless ``needs`` orders
   them; each scenario runs with every job starting as soon as its needs end, and with the
   jobs one at a time in the file's order; an artifact is seen once its upload step ran;
+* **macOS runners** (*Actions limits*): in a third order, at most ``MACOS_CONCURRENT``
+  GitHub-hosted macOS legs run at once; the next waits for the first to end;
 * **needs and if** (GitHub docs, *Using jobs* / *Expressions*): a job without an ``if``
   runs when every job before it in its chain succeeded; ``!cancelled()``, ``always()``,
   ``failure()`` lift that; a step's ``if`` defaults to the steps before it succeeding;
@@ -36,9 +38,9 @@ presses the button the run's error messages name:
   so a job without ``contents: write`` sees no draft of its tag.
 
 Our own entry points run for real with the step's arguments where they decide the
-release: ``ci.warmup run`` (its compile modelled), ``ci.release_status`` (``gh`` answered by
-the world, ``_Gh``), the matrix step; ``ci.warmup`` next/ready/pick, ``ci.tested``,
-``ci.wheel_names`` and ``ci.draft``'s decisions are their real functions. The other
+release: ``ci.warmup run`` (its compile modelled), ``ci.release_status`` and ``ci.draft add``
+(``gh`` answered by the world, ``_Gh``), the matrix step; ``ci.warmup`` next/ready/pick,
+``ci.tested``, ``ci.wheel_names`` and ``ci.draft``'s refusal are their real functions. The other
 commands (the compile, ``make build``, the tests, the index) are modelled step by step
 (``COMMANDS``). A command without a model is an error, so a new step cannot slip past.
 
@@ -52,6 +54,7 @@ import argparse
 import contextlib
 import fnmatch
 import functools
+import hashlib
 import io
 import json
 import os
@@ -61,7 +64,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -74,6 +77,7 @@ from . import (
     companion_tags,
     draft,
     expressions,
+    pins,
     plan,
     release_status,
     tested,
@@ -93,7 +97,11 @@ RERUN = "Re-run failed jobs"
 RERUN_NAMED = re.compile(r"re-run (the )?failed jobs", re.IGNORECASE)
 DISPATCH_ON_TAG = "Use workflow from"
 #: The orders a run's jobs may take (each respects ``needs`` and nothing else).
-SCHEDULES = ("earliest", "serial")
+#: The job orders every scenario is played in: each job as early as its needs allow (the
+#: order that exposes a missing ``needs``: a job races what it does not wait for), one job at
+#: a time in the file's order, and as early as GitHub's macOS limit lets the legs start
+#: (``MACOS_CONCURRENT``: which of two ready jobs gets the runners first is not promised).
+SCHEDULES = ("earliest", "serial", "queued")
 
 
 class SimulationError(BuildError):
@@ -190,6 +198,9 @@ class Faults:
     vision_tag: str | None = None
     # Attempts in which warm-up job 1's compile fails (exit != 0: a full disk, a download).
     warmup_fails: int = 0
+    # Python -> attempts in which its own part of the build fails to compile (what links
+    # that Python: torch_python, its _C bindings); what every Python shares compiles.
+    python_own_fails: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -247,6 +258,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              "hand-over upload fails; then the button", (PUSH, PRESS),
              lambda c, v: Faults(compile_boxes=budget.WARMUP_JOBS - 0.5,
                                  handover_fails=(f"warmup-{budget.WARMUP_JOBS}", 1))),
+    Scenario("newest-python-own-part-fails", "the newest Python's own part of the build (its "
+             "_C bindings) fails every time", (PUSH, PRESS),
+             lambda c, v: Faults(python_own_fails={_newest(c, v): 99})),
     Scenario("subset-published-then-completed", "the newest Python fails once; the subset is "
              "published by hand; then the button", (PUSH, Action("publish-subset"), PRESS),
              lambda c, v: Faults(python_fails={_newest(c, v): 1})),
@@ -334,6 +348,12 @@ def _with_success(condition: Any) -> str:
     return f"success() && ({inner})"
 
 
+#: GitHub-hosted macOS jobs that run at once; more wait in a queue, first come first served
+#: (GitHub docs, *Actions limits*, concurrent jobs: 5 macOS jobs on the Free, Pro and Team
+#: plans, 50 on Enterprise).
+MACOS_CONCURRENT = 5
+
+
 class Simulator:
     def __init__(self, workflow_path: Path, catalog: Catalog, version: str, faults: Faults,
                  log: Callable[[str], None] | None = None, code: Code = Code(),
@@ -351,6 +371,10 @@ class Simulator:
         self.faults = faults
         self.world = World()
         self.runs: list[Run] = []
+        self.macos_concurrent = MACOS_CONCURRENT
+        # (start, end) hours of every GitHub-hosted macOS leg so far, in the order they
+        # started: the account's macOS slots, shared by every run.
+        self.macos_legs: list[tuple[float, float]] = []
         self.attempts = 0  # every attempt of every run: the faults count these
         self.failed_before: set[str] = set()  # the jobs that failed before this attempt
         self.log = log or (lambda text: None)
@@ -509,8 +533,32 @@ class Simulator:
              contexts: Mapping[str, Any], begins: float) -> Leg:
         name = expressions.to_string(expressions.interpolate(
             job.get("name", job_id), {**contexts, "matrix": entry}))
+        hosted_mac = str(expressions.interpolate(job.get("runs-on", ""),
+                                                 {**contexts, "matrix": entry})).startswith("macos-")
+        if hosted_mac and self.order_kind == "queued":
+            begins = self._macos_slot(begins)
         leg = Leg(name, "success", matrix=dict(entry), attempt=run.attempt, start=begins,
                   job_id=job_id)
+        self._run_leg(run, job_id, job, leg, contexts, begins)
+        if hosted_mac and self.order_kind == "queued":
+            self.macos_legs.append((leg.start, leg.end))
+        return leg
+
+    def _macos_slot(self, ready: float) -> float:
+        """When a macOS leg ready at ``ready`` gets a runner: once fewer than
+        ``macos_concurrent`` run, and not before one queued earlier started (first come,
+        first served; the jobs reach here in the order they became ready)."""
+        at = max([ready] + [start for start, _ in self.macos_legs[-1:]])
+        while True:
+            running = [end for start, end in self.macos_legs if start <= at < end]
+            if len(running) < self.macos_concurrent:
+                return at
+            at = min(running)
+
+    def _run_leg(self, run: Run, job_id: str, job: Mapping[str, Any], leg: Leg,
+                 contexts: Mapping[str, Any], begins: float) -> None:
+        name = leg.name
+        entry = leg.matrix
         local: dict[str, Any] = {**contexts, "matrix": dict(entry), "steps": {},
                                  "github": {**contexts["github"], "job": job_id},
                                  "runner": {"temp": "/tmp/runner", "os": "macOS", "arch": "X64"}}
@@ -541,7 +589,7 @@ class Simulator:
                 leg.errors.append(f"{name}: The runner lost communication with the server "
                                   "(the job stopped mid-step; nothing after it ran).")
                 leg.minutes = minutes + float(self.line_box())
-                return leg
+                return
             step_env = {**env, **{key: expressions.to_string(value) for key, value in
                                   expressions.interpolate(raw.get("env") or {}, local).items()}}
             with_ = {key: expressions.to_string(value) for key, value in
@@ -583,7 +631,6 @@ class Simulator:
         leg.minutes = minutes
         leg.outputs = {key: expressions.interpolate(value, local)
                        for key, value in (job.get("outputs") or {}).items()}
-        return leg
 
     # -- the steps --
 
@@ -951,7 +998,7 @@ def _cmd_compile(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[s
     else:
         done = min(need, done + 1.0)
         files[f"{CCACHE}/ccache"] = {"boxes": done}
-        if done >= need and gated_python and sim.faults.python_fails.get(python, 0) >= sim.attempts:
+        if done >= need and gated_python and _python_fails(sim, python):
             state = warmup.State(stage, warmup.FAILED, 1, box, box)
         elif done >= need:
             state = warmup.State(stage, warmup.FINISHED, 0, box * 0.5, box)
@@ -976,8 +1023,15 @@ def _real_warmup_run(sim: Simulator, leg: Leg, script: str, env: Mapping[str, st
 
     def compiled(commands: Any, *, minutes: float, stage: int, state_path: Path,
                  grace: float = 0.0) -> Any:
+        # The commands are the real code's: a build stage that compiles a Python's own part
+        # (no --shared-only) fails with it, once the compile gets that far (its last box).
+        own = [python for command in commands if _builds_own_part(command)
+               for python in _flag_values(command, "--python")]
+        ended_as = state
+        if state.outcome == warmup.FINISHED and any(_python_own_fails(sim, p) for p in own):
+            ended_as = replace(state, outcome=warmup.FAILED, exit_code=1)
         known = getattr(code.State, "__dataclass_fields__", {})
-        ended = code.State(**{k: v for k, v in state.__dict__.items() if k in known})
+        ended = code.State(**{k: v for k, v in ended_as.__dict__.items() if k in known})
         ended.save(state_path)
         return ended
 
@@ -985,6 +1039,27 @@ def _real_warmup_run(sim: Simulator, leg: Leg, script: str, env: Mapping[str, st
         status, printed, outputs = _entry_point(code.main, _argv_after(script, "ci.warmup"),
                                                 env, files)
     return StepOutcome(status == 0, outputs, _said(leg, printed), state.minutes, status=status)
+
+
+def _builds_own_part(command: Sequence[str]) -> bool:
+    """Whether an orchestrator command compiles a Python's own part: its build stage
+    without --shared-only (failfast.SHARED_TARGETS)."""
+    words = list(command)
+    return "build" in words and "--shared-only" not in words
+
+
+def _flag_values(command: Sequence[str], flag: str) -> list[str]:
+    words = list(command)
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word == flag]
+
+
+def _python_own_fails(sim: Simulator, python: str) -> bool:
+    return sim.faults.python_own_fails.get(python, 0) >= sim.attempts
+
+
+def _python_fails(sim: Simulator, python: str) -> bool:
+    """Whether Python's wheel fails in this attempt: its verify stage, or its own part."""
+    return sim.faults.python_fails.get(python, 0) >= sim.attempts or _python_own_fails(sim, python)
 
 
 def _wheel_name(project: str, version: str, tag: str, platform: str) -> str:
@@ -1021,7 +1096,10 @@ def _cmd_build(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str
     if not warm:
         return StepOutcome(False, error=f"{leg.name}: the compiler cache is cold; the build "
                            "ran out of time", minutes=minutes)
-    if sim.faults.python_fails.get(python_text, 0) >= sim.attempts:
+    if _python_own_fails(sim, python_text):
+        return StepOutcome(False, error=f"{leg.name}: Python {python_text}'s own part of "
+                           "the build (its _C bindings) failed to compile", minutes=minutes)
+    if _python_fails(sim, python_text):
         return StepOutcome(False, error=f"{leg.name}: Python {python_text}'s wheel failed "
                            "its verify stage", minutes=minutes)
     torch = _wheel_name('torch', catalog.wheel_version(line), f'{cp}-{cp}', platform)
@@ -1172,29 +1250,21 @@ def _local_wheels(files: Mapping[str, Any]) -> dict[str, str]:
 
 def _cmd_draft_add(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
                    files: dict[str, Any]) -> StepOutcome:
-    tag = run.tag or ""
-    problem = _refusal(sim, run)
-    if problem:
-        return StepOutcome(False, error=f"{leg.name}: {problem}")
-    release = sim.world.releases.setdefault(tag, Release(True, {}))
-    local = _local_wheels(files)
-    for name in draft.plan_add(local, release.assets).upload:
-        release.assets[name] = local[name]
-    wheels = {name: digest for name, digest in release.assets.items() if name.endswith(".whl")}
-    release.assets[draft.SUMS] = draft.sums_text(wheels)  # uploaded with --clobber: it grows
-    return StepOutcome(True)
+    """ci/draft.py add, for real, with the step's arguments: its gh calls (list the
+    releases, create the draft, upload, upload SHA256SUMS with --clobber, read assets back)
+    answered by the world (``_Gh``). A wheel's bytes are its world digest."""
+    code, printed, outputs = _entry_point(draft.main, _argv_after(script, "ci.draft"), env,
+                                          files, _Gh(sim, run, env["GITHUB_JOB"]), sim.catalog)
+    return StepOutcome(code == 0, outputs, _said(leg, printed), status=code)
 
 
 def _cmd_pip(sim: Simulator, run: Run, leg: Leg, script: str, env: Mapping[str, str],
              files: dict[str, Any]) -> StepOutcome:
     """pip install in a job that builds, signs or publishes: every package pinned by hash
-    (`--require-hashes` on a requirements file), or the project alone (`--no-deps -e .`);
+    (`--require-hashes` on a requirements file), or the project alone (ci/pins.py);
     anything else could fetch a package no one pinned (docs/releasing.md, 'Pinned with
     hashes'). What pip then installs is not modelled."""
-    words = shlex.split(script)
-    hashed = "--require-hashes" in words and "-r" in words
-    project_only = "--no-deps" in words and words[-2:] == ["-e", "."]
-    if hashed or project_only or not sim.code.hash_pins:
+    if not pins.unpinned(script) or not sim.code.hash_pins:
         return _cmd_noop(sim, run, leg, script, env, files)
     return StepOutcome(False, error=f"{leg.name}: '{script}' may install packages not pinned by "
                        "hash in a job that builds, signs or publishes (docs/releasing.md, "
@@ -1352,17 +1422,19 @@ class _Gh:
 
     def __call__(self, args: Sequence[str]) -> tuple[int, str, str]:
         releases = self.sim.world.releases
+        if args[:1] == ["api"]:
+            return self._api(args[1:])
         verb = " ".join(args[:2])
         tag = args[2] if len(args) > 2 else ""
         release = releases.get(tag)
         if verb == "release view":
             if release is None or (release.draft and not self.write):
                 return 1, "", "release not found"
-            assets = [{"name": name, "digest": f"sha256:{digest}"}
-                      for name, digest in release.assets.items()]
-            return 0, json.dumps({"isDraft": release.draft, "assets": assets}), ""
+            return 0, json.dumps({"isDraft": release.draft, "assets": _assets(release)}), ""
         if not self.write:
             return 1, "", "HTTP 403: Resource not accessible by integration"
+        if verb == "release upload":
+            return self._upload(release, tag, args[3:])
         if verb == "release edit" and release is not None:
             for flag in args[3:]:
                 if flag.startswith("--draft"):
@@ -1374,6 +1446,49 @@ class _Gh:
             releases[tag] = Release("--draft" in args or "--draft=true" in args, {})
             return 0, "", ""
         return 1, "", f"the simulated gh has no model of: gh {' '.join(args)}"
+
+    def _api(self, args: Sequence[str]) -> tuple[int, str, str]:
+        """``gh api``: the list of releases (a draft only for push access), and an asset's
+        bytes by id."""
+        path = next((arg for arg in args if arg.startswith("repos/")), "")
+        if path.endswith("/releases"):
+            listed = [{"tag_name": tag, "draft": release.draft, "immutable": False,
+                       "assets": _assets(release)}
+                      for tag, release in self.sim.world.releases.items()
+                      if self.write or not release.draft]
+            return 0, json.dumps([listed] if "--slurp" in args else listed), ""
+        if "/releases/assets/" in path:
+            wanted = int(path.rsplit("/", 1)[1])
+            for release in self.sim.world.releases.values():
+                if release.draft and not self.write:
+                    continue
+                for asset in _assets(release):
+                    if asset["id"] == wanted:
+                        return 0, release.assets[asset["name"]], ""
+            return 1, "", "HTTP 404: Not Found"
+        return 1, "", f"the simulated gh has no model of: gh api {' '.join(args)}"
+
+    def _upload(self, release: Release | None, tag: str,
+                args: Sequence[str]) -> tuple[int, str, str]:
+        """``gh release upload TAG FILE... [--clobber]``: an asset of the same name is
+        replaced only with --clobber (gh manual); else nothing is uploaded."""
+        if release is None:
+            return 1, "", f"release not found: {tag}"
+        paths = [Path(arg) for arg in args if not arg.startswith("-")]
+        clash = [path.name for path in paths if path.name in release.assets]
+        if clash and "--clobber" not in args:
+            return 1, "", f"asset under the same name already exists: {clash}"
+        for path in paths:
+            release.assets[path.name] = path.read_text()
+        return 0, "", ""
+
+
+def _assets(release: Release) -> list[dict[str, Any]]:
+    """A release's assets as GitHub's API lists them: the sha256 of each one's bytes (a
+    wheel's bytes are its world digest) and an id (its place in the release)."""
+    return [{"name": name, "id": number, "digest":
+             "sha256:" + hashlib.sha256(content.encode()).hexdigest()}
+            for number, (name, content) in enumerate(release.assets.items(), start=1)]
 
 
 #: What a step needs of its job's GITHUB_TOKEN (each action's README; the REST API's
@@ -1634,6 +1749,16 @@ def run_all(workflow: Path, catalog: Catalog, version: str | None = None,
     return outcomes
 
 
+def ci_workflow_problems(path: Path = pins.CI_WORKFLOW,
+                         makefile: Path = pins.MAKEFILE) -> list[str]:
+    """ci.yml's installs that may fetch a package no hash pins, in any job: a job on the
+    default branch can write the cache entries of the repository (docs/releasing.md,
+    "Pinned with hashes"). A step's `make TARGET` counts with the Makefile's recipes."""
+    found = pins.workflow_unpinned(_load_workflow(str(path), path.stat().st_mtime_ns), makefile)
+    return [f"{path.name}: {where}: '{command}' may install packages not pinned by hash"
+            for where, commands in found.items() for command in commands]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.ci.simulate",
                                      description=__doc__.split("\n\n")[0])
@@ -1641,6 +1766,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--catalog", type=Path, default=None)
     parser.add_argument("--line", default=None, help="the line the tags release (default: "
                         "the catalog's default line)")
+    parser.add_argument("--ci-workflow", type=Path, default=pins.CI_WORKFLOW,
+                        help="the push and pull-request workflow, whose installs must be "
+                        "pinned by hash (default: .github/workflows/ci.yml)")
     parser.add_argument("--doc", type=Path, default=RELEASES_DOC)
     parser.add_argument("-v", "--verbose", action="store_true", help="print each run's jobs")
     parser.add_argument("--scenario", action="append", default=[],
@@ -1649,9 +1777,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         outcomes = run_all(args.workflow, catalog_module.load(args.catalog), args.line, args.doc,
                            only=args.scenario)
+        unpinned = ci_workflow_problems(args.ci_workflow)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    for problem in unpinned:
+        print(f"FAIL {problem}")
     width = max(len(outcome.scenario) for outcome in outcomes)
     for outcome in outcomes:
         mark = "ok  " if outcome.ok else "FAIL"
@@ -1667,7 +1798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose or not outcome.ok:
             for line in outcome.trace:
                 print(f"       {line}")
-    return 0 if all(outcome.ok for outcome in outcomes) else 1
+    return 0 if all(outcome.ok for outcome in outcomes) and not unpinned else 1
 
 
 if __name__ == "__main__":

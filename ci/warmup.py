@@ -6,8 +6,10 @@ runs it in up to ``budget.WARMUP_JOBS`` jobs. Each runs the compile inside a tim
     python -m intelmac_torch_builder.ci.warmup run --minutes 200 --stage 1 \\
         --state state/warmup.json --version 2.14.1 --python 3.14 --fetch-args ""
 
-runs the fetch, patch and build stages (what every Python shares; no repair, no verify: no
-one Python's wheel is the gate), or the command given after ``--``:
+runs the fetch and patch stages and the build stage's ``--shared-only`` mode (the libraries
+every Python shares, configured with the line's newest Python; nothing that links a Python,
+no wheel, no repair, no verify: no one Python's own part is the gate), or the command given
+after ``--``:
 
 * the command finishes in time: the state says ``finished`` (exit 0);
 * the time box ends first: the command is interrupted (its process group gets SIGINT,
@@ -108,11 +110,13 @@ def run(command: Sequence[str], *, minutes: float, stage: int, state_path: Path,
 
 
 def shared_compile(version: str, python: str, fetch_args: str = "") -> list[list[str]]:
-    """The stages that compile what every Python of the line shares: fetch, patch, build."""
+    """The stages that compile what every Python of the line shares: fetch, patch, and the
+    build stage's shared libraries alone (``--shared-only``: CMake configured with
+    ``python``, then ``failfast.SHARED_TARGETS``; nothing that links a Python, no wheel)."""
     tool = [sys.executable, "-m", "intelmac_torch_builder"]
     return [[*tool, "fetch", "--torch", version, *fetch_args.split()],
             [*tool, "patch", "--torch", version],
-            [*tool, "build", "--torch", version, "--python", python]]
+            [*tool, "build", "--torch", version, "--python", python, "--shared-only"]]
 
 
 def run_all(commands: Sequence[Sequence[str]], *, minutes: float, stage: int,

@@ -23,7 +23,8 @@ shaders at run time instead of carrying upstream's library.
         PATCH [PATCH ...]
 
 runs ``ninja -C BUILD_DIR <their objects> metallibs`` (ninja from PATH: the build venv's
-pinned one).
+pinned one). With ``--shared`` (and no patches) it compiles the libraries every Python of the
+line shares instead (``SHARED_TARGETS``): the warm-up's build (``build --shared-only``).
 
 ``steps`` puts it in a build plan: CMake configures alone first (``setup.py build
 --cmake-only`` for a setuptools line; for scikit-build-core, which configures inside ``pip
@@ -63,6 +64,12 @@ MPS_SOURCE_DIRS: tuple[tuple[str, bool], ...] = (
 #: ``add_dependencies(torch_cpu metallibs)``; none of 2.14 or 2.15 is stored). A line that
 #: renames it stops fail-fast with a message saying so.
 METAL_TARGET = "metallibs"
+#: What every Python of a line shares: the libraries that link no Python (``add_library`` in
+#: 2.6.0's c10/, caffe2/ and torch/lib/libshm/CMakeLists.txt; c10 and metallibs come as
+#: torch_cpu's dependencies). ``torch_python``, ``_C`` and functorch's extension link the
+#: interpreter, so each Python's wheel job compiles them. The warm-up builds these alone
+#: (``--shared``), so that no one Python's failure stops the line's other wheels.
+SHARED_TARGETS = ("torch_cpu", "torch", "torch_global_deps", "shm")
 #: ``build <outputs>: <rule> <explicit inputs> [| implicit] [|| order-only]`` in a ninja file.
 _BUILD = re.compile(r"^build (?P<outputs>(?:[^:$]|\$.)+): (?P<rule>\S+)(?P<inputs>.*)$")
 
@@ -238,13 +245,40 @@ def steps(backend_name: str, interpreter: str, tree: Path, patches: Sequence[Pat
     ]
 
 
+def shared_targets(build_dir: Path) -> list[str]:
+    """The ninja targets of ``SHARED_TARGETS`` that ``build_dir`` configures."""
+    return [target for name in SHARED_TARGETS if (target := target_named(build_dir, name))]
+
+
+def build_shared(build_dir: Path) -> int:
+    """Compile what every Python shares (``SHARED_TARGETS``), nothing that links Python."""
+    targets = shared_targets(build_dir)
+    if SHARED_TARGETS[0] not in [target.rsplit("/", 1)[-1] for target in targets]:
+        print(f"error: {build_dir}/build.ninja has no {SHARED_TARGETS[0]} target, so there is "
+              "nothing Python-independent to compile: this is not a PyTorch tree CMake "
+              "configured, or the line renamed its libraries (set failfast.SHARED_TARGETS).",
+              file=sys.stderr)
+        return 2
+    print(f"compiling what every Python shares: {', '.join(targets)} (not torch_python, _C)")
+    # As many jobs as the wheel build runs (the plan's MAX_JOBS: one per core, at most one
+    # per 2 GiB): ninja's own default would overrun a 14 GB runner on torch_cpu.
+    jobs = os.environ.get("MAX_JOBS", "")
+    parallel = ["-j", jobs] if jobs.isdigit() else []
+    return subprocess.run(["ninja", "-C", str(build_dir), *parallel, *targets],
+                          check=False).returncode
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m intelmac_torch_builder.core.failfast",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, required=True, help="the patched source tree")
     parser.add_argument("--build-dir", type=Path, required=True, help="CMake's configured build dir")
-    parser.add_argument("patches", nargs="+", type=Path, help="the series, in apply order")
+    parser.add_argument("--shared", action="store_true",
+                        help="compile the libraries every Python shares (SHARED_TARGETS) instead")
+    parser.add_argument("patches", nargs="*", type=Path, help="the series, in apply order")
     args = parser.parse_args(argv)
+    if not args.patches and not args.shared:
+        parser.error("the series' patches are needed (or --shared)")
     tree, build_dir = args.tree.absolute(), args.build_dir.absolute()
     if not (build_dir / "build.ninja").is_file():
         print(f"error: {build_dir} has no build.ninja: CMake has not configured it with the "
@@ -252,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "configures (the build plan puts it there); remove that build/ and build again.",
               file=sys.stderr)
         return 2
+    if args.shared:
+        return build_shared(build_dir)
     chosen = select(tree, build_dir, args.patches)
     for unit in chosen.skipped:
         print(f"not compiled in this configuration: {unit}")

@@ -123,6 +123,9 @@ class Options:
     wheels_dir: Path
     fetch: FetchSettings
     build_companions: bool = True  # False: --torch-only
+    # build --shared-only: compile only what every Python of the line shares, no wheel
+    # (the release warm-up; failfast.SHARED_TARGETS)
+    shared_only: bool = False
     # Set on a companion's options (``line`` is then the companion): the torch build it
     # is built against.
     companion_of: Options | None = None
@@ -150,7 +153,8 @@ class Options:
 #: Option groups a subcommand may take on top of the ones every stage takes (--torch,
 #: --catalog, --work-dir, --dry-run, --no-wait). Each subcommand shows and accepts only the
 #: groups it reads, so `index --help` offers nothing about downloads or compilers.
-OptionGroup = Literal["python", "builder", "libomp", "source", "wheels", "torch_only"]
+OptionGroup = Literal["python", "builder", "libomp", "source", "wheels", "torch_only",
+                      "shared_only"]
 ALL_GROUPS: tuple[OptionGroup, ...] = (
     "python", "builder", "libomp", "source", "wheels", "torch_only",
 )  # fmt: skip
@@ -182,6 +186,14 @@ def add_arguments(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ..
             "--torch-only",
             action="store_true",
             help="build torch alone, without the line's torchvision (make build TORCH_ONLY=1)",
+        )
+    if "shared_only" in groups:
+        group.add_argument(
+            "--shared-only",
+            action="store_true",
+            help="compile only the libraries every Python shares (torch_cpu and the others "
+            "that link no Python) with the one --python, and make no wheel: the release "
+            "warm-up, so that no one Python's failure stops the others",
         )
     if "python" in groups:
         group.add_argument(
@@ -400,6 +412,7 @@ def resolve(args: argparse.Namespace) -> Options:
             backoff=max(0.0, values["backoff"]),
         ),
         build_companions=not values["torch_only"],
+        shared_only=bool(values.get("shared_only")),
     )
     if not companion:
         return options

@@ -23,7 +23,8 @@ files on their own (``core/toolchain.problems``).
 ``check`` also checks the orchestrator's own pins (``patches/toolchain/orchestrator.txt``,
 which ``make build`` and the release workflow install; ``uv pip compile`` writes it, as its
 header says): for each Python the project supports on each platform it runs on, pip picks
-a file whose hash is pinned, and every dependency is pinned.
+a file whose hash is pinned, and every dependency is pinned; and the test tools' pins
+(``patches/toolchain/test.txt``, which ``make test`` installs on top) the same way.
 """
 
 from __future__ import annotations
@@ -165,6 +166,8 @@ def refresh(line: ReleaseLine) -> Path:
 #: The orchestrator's own pins, and where it runs: CI's Linux jobs and Intel Mac build jobs,
 #: and a developer's Mac or Linux machine, with any Python the project supports.
 ORCHESTRATOR_PINS = catalog_mod.PATCHES_DIR / "toolchain" / "orchestrator.txt"
+#: The test tools, which `make test` (and ci.yml) installs on top of them, checked the same way.
+TEST_PINS = catalog_mod.PATCHES_DIR / "toolchain" / "test.txt"
 ORCHESTRATOR_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 ORCHESTRATOR_PLATFORMS = (
     "macosx_13_0_x86_64",
@@ -392,16 +395,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{line.version}: {line.pins.name} matches the registry for "
                   f"Python {', '.join(line.python)} on {', '.join(CHECK_PLATFORMS)}")  # fmt: skip
         failed = failed or bool(problems)
-    if args.action == "check" and not args.line:
+    for path in (ORCHESTRATOR_PINS, TEST_PINS) if args.action == "check" and not args.line else ():
         try:
-            problems = orchestrator_problems()
+            problems = orchestrator_problems(path)
         except BuildError as exc:
-            print(f"error: {ORCHESTRATOR_PINS.name}: {exc}", file=sys.stderr)
+            print(f"error: {path.name}: {exc}", file=sys.stderr)
             return 1
         for problem in problems:
             print(problem, file=sys.stderr)
         if not problems:
-            print(f"{ORCHESTRATOR_PINS.name} matches the registry for Python "
+            print(f"{path.name} matches the registry for Python "
                   f"{', '.join(ORCHESTRATOR_PYTHONS)} on {', '.join(ORCHESTRATOR_PLATFORMS)}")
         failed = failed or bool(problems)
     return 1 if failed else 0

@@ -441,6 +441,20 @@ def python_steps(options: Options, index: int) -> list[Step]:
         # fail-fast compile: a wrong BLAS stops the build before anything compiles.
         configure, *compile_first = _failfast_steps(options, python, log_name)
         steps += [configure, _configured_step(options), *compile_first]
+    if options.shared_only:
+        steps.append(
+            Step(
+                "compile what every Python shares and nothing that links Python (the "
+                f"libraries {', '.join(failfast.SHARED_TARGETS)}; not torch_python or _C), "
+                "and make no wheel: each Python's wheel job compiles its own part",
+                (sys.executable, "-m", "intelmac_torch_builder.core.failfast", "--shared",
+                 "--tree", str(tree), "--build-dir", str(tree / backend_mod.BUILD_DIR)),
+                cwd=tree,
+                log_name=log_name,
+                path_prepend=venv / "bin",
+            )
+        )
+        return steps
     what = (
         "compiles everything"
         if index == 0

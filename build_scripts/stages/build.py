@@ -12,6 +12,12 @@ Two builders:
   PyTorch tree. A scikit-build-core tree keeps its CMake tree in build/ across Pythons, as
   the PyTorch build does.
 
+``--shared-only`` (``pytorch-macos``, one Python) stops after CMake's configure and the
+fail-fast compile, compiles the libraries every Python shares (``failfast.SHARED_TARGETS``:
+nothing that links Python) and makes no wheel: the release warm-up fills the compiler cache
+with it, so that a failure of one Python's own part (its ``_C`` bindings) costs only that
+Python's wheel job.
+
 Each Python's wheel lands in ``<work>/<version>/dist/<cpXY>/raw/``, and ``built.json``
 beside it records the source, the series and the toolchain for the repair stage.
 """
@@ -200,10 +206,28 @@ def _companion_steps(options: Options, index: int) -> list[Step]:
     return steps + torchvision.python_steps(options, python, wheel)
 
 
+def _check_shared_only(options: Options) -> None:
+    """--shared-only compiles a PyTorch tree's Python-independent libraries with one Python."""
+    if options.companion_of is not None or options.builder != "pytorch-macos":
+        raise BuildError(
+            "--shared-only compiles the libraries every Python of a PyTorch line shares, with "
+            "the pytorch-macos builder; torchvision and the generic builders have none. "
+            "Drop --shared-only (or --companion / --builder)."
+        )
+    if len(options.pythons) != 1:
+        raise BuildError(
+            f"--shared-only configures CMake with one Python, and {len(options.pythons)} were "
+            "given: pass one --python (the release warm-up passes the line's newest)."
+        )
+
+
 def plan(options: Options, host: Host) -> Section:
     layout = options.layout
     steps: list[Step] = []
-    for index, python in enumerate(options.pythons):
+    if options.shared_only:
+        _check_shared_only(options)
+        steps = macos.python_steps(options, 0)
+    for index, python in enumerate(() if options.shared_only else options.pythons):
         steps.append(
             Step(
                 f"empty {options.layout.raw(python)}",
@@ -389,5 +413,5 @@ def register(
         "compile the patched tree into wheels (macOS)",
         lambda options: plan(options, host_mod.probe()),
         lambda options, log: build(options, log, repatch=repatch),
-        groups=("python", "builder", "libomp"),
+        groups=("python", "builder", "libomp", "shared_only"),
     )

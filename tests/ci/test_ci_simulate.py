@@ -23,7 +23,8 @@ from intelmac_torch_builder.core import catalog as catalog_module
 BEFORE = "65b162324037facd2488864be97e93b27f98e1f7"
 #: The scenarios issue 33's table named (later ones cover later fixes).
 ISSUE_33_SCENARIOS = [name for name in (s.name for s in simulate.SCENARIOS)
-                      if name not in ("test-dependency-swaps-wheels", "handover-upload-fails")]
+                      if name not in ("test-dependency-swaps-wheels", "handover-upload-fails",
+                                      "newest-python-own-part-fails")]
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +160,16 @@ def test_a_warmup_that_returns_0_for_an_unfinished_last_job_fails(
     source = Path(simulate.warmup.__file__).read_text()
     old = "        print(f\"::error title=Warm-up unfinished::{unfinished_message(state)}\")\n        return 1\n"
     assert old in source
+    outcomes = _with_warmup(tmp_path, source.replace(old, old.replace("return 1", "return 0")),
+                            catalog, "warmup-out-of-time")
+    assert [o.ok for o in outcomes] == [False], outcomes[0].trace
+
+
+def _with_warmup(tmp_path: Path, source: str, catalog: catalog_module.Catalog,
+                 scenario: str) -> list[simulate.Outcome]:
+    """A scenario played with another ci/warmup.py (its text), in place of today's."""
     path = tmp_path / "warmup_planted.py"
-    path.write_text(source.replace(old, old.replace("return 1", "return 0")))
+    path.write_text(source)
     name = "intelmac_torch_builder.ci.warmup_planted"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
@@ -168,11 +177,31 @@ def test_a_warmup_that_returns_0_for_an_unfinished_last_job_fails(
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-        outcomes = simulate.run_all(RELEASE, catalog, code=simulate.Code(warmup=module),
-                                    only=["warmup-out-of-time"])
+        return simulate.run_all(RELEASE, catalog, code=simulate.Code(warmup=module),
+                                only=[scenario])
     finally:
         del sys.modules[name]
-    assert [o.ok for o in outcomes] == [False], outcomes[0].trace
+
+
+def test_the_newest_pythons_own_part_failing_costs_only_its_wheel(
+        tmp_path: Path, catalog: catalog_module.Catalog) -> None:
+    """N3 of issue 40: the warm-up compiled the newest Python's whole build stage, so a
+    failure of that Python's own part (its _C bindings) failed the warm-up and every wheel
+    job of the line (seen failing with issue 40's main's ci/warmup.py, af7490a: the state
+    'failed, says why', all five wheels missing). It now builds only what every Python
+    shares (build --shared-only)."""
+    (outcome,) = simulate.run_all(RELEASE, catalog, only=["newest-python-own-part-fails"])
+    assert outcome.ok and outcome.state == "draft, resumable", outcome.trace
+    newest = catalog.line(catalog.default_version).python[-1]
+    failed = [line for line in outcome.trace if line.lstrip().startswith("! wheel ")]
+    assert failed and all(f"Python {newest}:" in line for line in failed), failed
+    before = subprocess.run(["git", "show", "af7490a:ci/warmup.py"], cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout
+    (old,) = _with_warmup(tmp_path, before, catalog, "newest-python-own-part-fails")
+    assert not old.ok and old.state == "failed, says why", old.trace
+    stopped = {line.split(":")[0].strip() for line in old.trace if "The warm-up failed" in line}
+    assert {f"! wheel {catalog.default_version} / Python {p}"
+            for p in catalog.line(catalog.default_version).python} <= stopped, stopped
 
 
 def test_a_step_without_a_model_is_an_error(tmp_path: Path,
@@ -414,3 +443,112 @@ def test_a_torchvision_wheel_tagged_otherwise_than_the_matrix_assumes_stops_its_
     assert outcome.state == "failed, says why", said
     assert "is tagged py3-none, but the catalog's companion.wheel_tags" in said
     assert "the bytes tested are not the bytes" not in said
+
+
+#: ci.yml's installs, each unpinned again in a copy (N4 of issue 40): (old, new).
+CI_PLANTS = [
+    # the lint step's ruff by version alone, as on issue 40's main
+    ("        run: .venv/bin/ruff check",
+     "        run: python -m pip install --quiet 'ruff==0.17.6' && ruff check"),
+    # the orchestrator with its dependencies from the index, as on issue 40's main
+    ("          python -m pip install --quiet --no-deps --no-build-isolation -e .\n",
+     "          python -m pip install --quiet -e .\n"),
+    # the test tools from a step of their own
+    ("        run: make .venv/.stamp\n", "        run: python -m pip install -e '.[test]'\n"),
+]
+
+
+@pytest.mark.parametrize(("old", "new"), CI_PLANTS)
+def test_an_unpinned_install_in_ci_yml_fails_make_ci_simulate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str) -> None:
+    text = simulate.pins.CI_WORKFLOW.read_text()
+    assert old in text, old
+    path = tmp_path / "ci.yml"
+    path.write_text(text.replace(old, new, 1))
+    assert simulate.main(["--ci-workflow", str(path), "--scenario", "first-tag-green"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL ci.yml: " in out and "may install packages not pinned by hash" in out, out
+    assert "ok   first-tag-green" in out
+
+
+def test_make_test_installing_the_test_extras_unpinned_fails_make_ci_simulate(
+        tmp_path: Path) -> None:
+    """ci.yml's test job runs `make test`: the Makefile's venv recipes count as its steps
+    (the test extras were installed with `pip install -e '.[test]'` on issue 40's main)."""
+    assert simulate.ci_workflow_problems() == []
+    makefile = tmp_path / "Makefile"
+    text = simulate.pins.MAKEFILE.read_text()
+    old = "--require-hashes --only-binary=:all: --no-deps -r $(TEST_PINS)"
+    assert old in text
+    makefile.write_text(text.replace(old, "-e '.[test]'"))
+    found = simulate.ci_workflow_problems(makefile=makefile)
+    assert found and all("make .venv/.stamp" in problem or "make test" in problem
+                         or "make ci-plan" in problem for problem in found), found
+    # The step that sets up the venv is read through the Makefile's $(VENV) too.
+    assert any(problem.startswith("ci.yml: test: Install the orchestrator and the test tools")
+               for problem in found), found
+
+
+def test_issue_40s_main_installed_unpinned_packages_in_ci_yml(tmp_path: Path) -> None:
+    """Seen failing on issue 40's main (af7490a): ci.yml's lint, test, matrix and
+    verify-patches jobs installed packages that no hash pins."""
+    for name in ("ci.yml", "Makefile"):
+        source = ".github/workflows/ci.yml" if name == "ci.yml" else name
+        shown = subprocess.run(["git", "show", f"af7490a:{source}"], cwd=REPO, check=True,
+                               capture_output=True, text=True)
+        (tmp_path / name).write_text(shown.stdout)
+    found = simulate.ci_workflow_problems(tmp_path / "ci.yml", tmp_path / "Makefile")
+    jobs = {problem.split(": ")[1] for problem in found}
+    assert jobs == {"test", "matrix", "verify-patches"}, found
+
+
+def _most_macos_legs_at_once(sim: simulate.Simulator) -> int:
+    legs = [(leg.start, leg.end) for run in sim.runs for job_id, job in run.jobs.items()
+            for leg in job.legs if leg.attempt and str(sim.jobs[job_id].get("runs-on", ""))
+            .startswith(("macos-", "${{ matrix.runner }}"))]
+    return max(sum(1 for start, end in legs if start <= at < end) for at, _ in legs)
+
+
+@pytest.mark.parametrize("limit", [simulate.MACOS_CONCURRENT, 2])
+def test_no_more_macos_jobs_run_at_once_than_githubs_limit(
+        catalog: catalog_module.Catalog, limit: int) -> None:
+    """GitHub runs at most 5 macOS jobs at once (Free, Pro and Team plans); more wait in a
+    queue (the "queued" order). With a limit of 2 the five wheel jobs queue, the release
+    still ends published and takes longer; the runner hours stay (seen failing before the
+    model: 5 at once)."""
+    sim = simulate.Simulator(RELEASE, catalog, catalog.default_version, simulate.Faults(),
+                             schedule="queued")
+    sim.macos_concurrent = limit
+    sim.push(1)
+    assert simulate.end_state(sim) == "published", sim.runs[-1].errors()
+    assert _most_macos_legs_at_once(sim) == min(limit, len(
+        catalog.line(catalog.default_version).python))
+    free = simulate.Simulator(RELEASE, catalog, catalog.default_version, simulate.Faults())
+    free.push(1)
+    assert sim.runs[-1].minutes == pytest.approx(free.runs[-1].minutes)
+    assert (sim.world.hour > free.world.hour) == (limit < 5)
+
+
+def test_draft_add_runs_for_real_and_sha256sums_needs_clobber(
+        catalog: catalog_module.Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ci.draft add` runs for real against the world's releases (gh answered by the
+    world): the re-run adds the missing Python, and SHA256SUMS keeps its lines and grows.
+    Its SHA256SUMS upload without --clobber is refused by gh, so the re-run cannot finish
+    (seen: one-python-fails then ends "failed, says why")."""
+    (outcome,) = simulate.run_all(RELEASE, catalog, only=["one-python-fails"])
+    assert outcome.ok, outcome.trace
+    sim = simulate.Simulator(RELEASE, catalog, catalog.default_version,
+                             simulate.Faults(python_fails={catalog.line(
+                                 catalog.default_version).python[1]: 1}))
+    sim.push(1)
+    release = sim.world.releases[f"v{catalog.default_version}-1"]
+    first = release.assets[simulate.draft.SUMS]
+    sim.press()
+    assert release.assets[simulate.draft.SUMS].startswith(first)
+    assert len(release.assets[simulate.draft.SUMS].splitlines()) > len(first.splitlines())
+    real_gh = simulate.draft.gh
+    monkeypatch.setattr(simulate.draft, "gh",
+                        lambda *args: real_gh(*[arg for arg in args if arg != "--clobber"]))
+    (planted,) = simulate.run_all(RELEASE, catalog, only=["one-python-fails"])
+    assert not planted.ok and planted.state != "published", planted.trace
+    assert any("asset under the same name already exists" in line for line in planted.trace)

@@ -151,8 +151,10 @@ def test_the_last_job_fails_when_the_compile_is_unfinished(
 
 
 def test_the_shared_compile_runs_no_packaging_stage() -> None:
-    stages = [command[3] for command in warmup.shared_compile("2.14.1", "3.14", "--trust-on-first-use")]
-    assert stages == ["fetch", "patch", "build"]
+    commands = warmup.shared_compile("2.14.1", "3.14", "--trust-on-first-use")
+    assert [command[3] for command in commands] == ["fetch", "patch", "build"]
+    # The build stage compiles what every Python shares, nothing that links one (N3).
+    assert commands[-1][4:] == ["--torch", "2.14.1", "--python", "3.14", "--shared-only"]
 
 
 def test_several_commands_share_one_time_box(tmp_path: Path) -> None:

@@ -100,6 +100,7 @@ FIELDS = {
     # --companion makes the line the torch line's companion and remembers the torch build.
     "companion": {"line", "companion_of"},
     "torch_only": {"build_companions"},
+    "shared_only": {"shared_only"},
 }
 STAGE_COMMANDS = ("fetch", "patch", "build", "repair", "verify", "index", "all")
 

@@ -257,3 +257,40 @@ def test_mps_on_with_none_of_its_sources_in_the_graph_is_an_error(
     assert code == 2, err
     assert f"none of the 3 MPS sources in {other}" in err and "configured another tree" in err
     assert not list((configured / "build").rglob("*.o"))
+
+
+@pytest.mark.skipif(not all(TOOLS), reason="needs cmake, ninja and a C compiler on PATH")
+def test_shared_compiles_the_libraries_every_python_shares_and_nothing_that_links_python(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up's build (build --shared-only, N3 of issue 40): torch_cpu and the other
+    Python-independent libraries compile; torch_python (here a stand-in that would need a
+    Python header) does not, so a failure of one Python's own part cannot stop it."""
+    tree = tmp_path / "tree"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "cpu.c").write_text("int cpu(void) { return 1; }\n")
+    (tree / "src" / "shm.c").write_text("int shm(void) { return 1; }\n")
+    (tree / "src" / "python.c").write_text("#include <Python_of_one_version.h>\n")
+    (tree / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.10)\nproject(t C)\n"
+        "add_library(torch_cpu STATIC src/cpu.c)\n"
+        "add_library(shm STATIC src/shm.c)\ntarget_link_libraries(shm torch_cpu)\n"
+        "add_library(torch_python STATIC src/python.c)\n"
+        "target_link_libraries(torch_python torch_cpu)\n")
+    subprocess.run(["cmake", "-G", "Ninja", "-S", str(tree), "-B", str(tree / "build")],
+                   check=True, capture_output=True)
+    monkeypatch.setenv("MAX_JOBS", "2")
+    args = ["--shared", "--tree", str(tree), "--build-dir", str(tree / "build")]
+    assert failfast.main(args) == 0
+    assert "compiling what every Python shares: torch_cpu, shm" in capsys.readouterr().out
+    objects = {path.name for path in (tree / "build").rglob("*.o")}
+    assert objects == {"cpu.c.o", "shm.c.o"}
+    # The whole build would have failed on torch_python's missing header.
+    assert subprocess.run(["ninja", "-C", str(tree / "build")], capture_output=True,
+                          check=False).returncode != 0
+    # A tree without torch_cpu has nothing Python-independent to compile: an error.
+    (tree / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.10)\nproject(t C)\nadd_library(t STATIC src/shm.c)\n")
+    subprocess.run(["cmake", "-G", "Ninja", "-S", str(tree), "-B", str(tree / "build")],
+                   check=True, capture_output=True)
+    assert failfast.main(args) == 2
+    assert "has no torch_cpu target" in capsys.readouterr().err

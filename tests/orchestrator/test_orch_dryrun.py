@@ -273,6 +273,39 @@ def test_two_pythons_on_2_15_0_reuse_the_build_tree(
     assert "UNPINNED" in "\n".join(section(out, "fetch"))
 
 
+def test_the_warmups_shared_only_build_stops_before_anything_that_links_python(
+    fake_mac: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """build --shared-only (the release warm-up, N3 of issue 40): configure, the fail-fast
+    compile, then the libraries every Python shares; no wheel command and no record."""
+    work = tmp_path / "work"
+    capsys.readouterr()
+    code = cli.main(["build", "--dry-run", "--work-dir", str(work), "--torch", "2.6.0",
+                     "--python", "3.12", "--shared-only"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    build = section(out, "build")
+    root = work / "2.6.0"
+    venv = root / "venvs" / "cp312"
+    steps = commands(build)
+    assert steps[-1] == (
+        f'(cd {root}/patched && PATH={venv}/bin:"$PATH" {sys.executable} -m '
+        f"intelmac_torch_builder.core.failfast --shared --tree {root}/patched --build-dir "
+        f"{root}/patched/build)"
+    )
+    assert f"{venv}/bin/python setup.py build --cmake-only" in "\n".join(steps)
+    text = "\n".join(build)
+    assert "bdist_wheel" not in text and "/raw" not in text and "built.json" not in text
+    assert "# compile what every Python shares and nothing that links Python" in text
+    # One Python configures it; torchvision and two Pythons are refused, saying why.
+    for extra, says in ((["--python", "3.13"], "pass one --python"),
+                        (["--companion", "torchvision"], "Drop --shared-only")):
+        code = cli.main(["build", "--dry-run", "--work-dir", str(work), "--torch", "2.6.0",
+                         "--python", "3.12", "--shared-only", *extra])
+        captured = capsys.readouterr()
+        assert code != 0 and says in captured.err + captured.out
+
+
 def test_apple_silicon_cross_build_is_labelled(
     fake_mac: Path,
     tmp_path: Path,
