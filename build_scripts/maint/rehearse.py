@@ -428,8 +428,9 @@ def link_edits(data: bytes, member: str, options: Options, omp: Path | None) -> 
     """``data`` linked as our build links it, for the repair to work on: the OpenMP runtime
     loaded from ``omp`` outside the wheel (platforms/macos.py's llvm-openmp), a repeated
     LC_RPATH left once (our series links each once: 2.6.0's 0007) and, in a companion's
-    extension modules, the rpath to torch's folder our LDFLAGS give (platforms/torchvision.py).
-    Upstream's rpaths to its build machine stay: delocate and relocate must remove them."""
+    extension modules, the rpath to torch's folder our LDFLAGS give (platforms/torchvision.py)
+    instead of upstream's to its build machine. torch's rpaths to upstream's build machine
+    stay: delocate and relocate must remove them."""
     with tempfile.TemporaryDirectory(prefix="rehearse-macho-") as folder:
         local = Path(folder) / "binary"
         local.write_bytes(data)
@@ -441,6 +442,11 @@ def link_edits(data: bytes, member: str, options: Options, omp: Path | None) -> 
             argv += [arg for load in loads for arg in ("-change", load, str(omp))]
         if (options.companion_of is not None and member.endswith(".so")
                 and companion.TORCH_LIB_RPATH not in rpaths and not PLANT.on("no-torch-rpath")):  # fmt: skip
+            # In place of upstream's build-machine rpath: its header has no room for both (LLVM's
+            # tool then writes a malformed file: 0.29.2's image_stable.so), and a binary linked
+            # with our LDFLAGS has room for its own. delocate's --sanitize-rpaths is shown on torch.
+            argv += [arg for rpath in sorted(set(rpaths)) if not rpath.startswith("@")
+                     for arg in ("-delete_rpath", rpath)]  # fmt: skip
             argv += ["-add_rpath", companion.TORCH_LIB_RPATH]
         if argv:
             _edit(local, argv)
