@@ -163,6 +163,24 @@ class ReleaseLine:
             digest.update(patch.read_bytes() + b"\0")
         return digest.hexdigest()
 
+    @property
+    def build_fingerprint(self) -> str:
+        """sha256 over what the compile reads besides the source and the series: the line's
+        ``build_env`` and its pinned toolchain (the pin file, its required names, the BLAS pins
+        and ``native.yaml`` beside them, which pins the OpenMP and the codecs a wheel bundles).
+
+        A wheel records it, and the no-op match compares it, so a change to any of these
+        builds the line again instead of answering "Up to date".
+        """
+        digest = hashlib.sha256(json.dumps(dict(self.build_env), sort_keys=True).encode() + b"\0")
+        if self.toolchain is not None:
+            digest.update("\0".join(self.toolchain.requires).encode() + b"\0")
+            native = self.toolchain.pins.parent / "native.yaml"
+            for path in (self.toolchain.pins, self.toolchain.blas, native):
+                if path is not None and path.is_file():
+                    digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        return digest.hexdigest()
+
 
 @dataclass(frozen=True)
 class Catalog:

@@ -70,6 +70,7 @@ def _record(options: Options, host: Host, python: PythonTarget) -> None:
         "source": source.to_json() if source else None,
         "series_fingerprint": marker.get("series_fingerprint"),
         "patches": marker.get("patches"),
+        "build_fingerprint": options.line.build_fingerprint,
         "toolchain": buildinfo.toolchain(
             interpreter,
             macos=host.is_macos,

@@ -229,7 +229,7 @@ def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None
     """The indexed wheels of this target when all are present and match; else None.
 
     Matching means the same upstream version, wheel version, builder, series fingerprint,
-    source sha256 (so only a source whose hash is known without fetching can be a no-op) and
+    build fingerprint (the line's build_env and pinned toolchain), source sha256 (so only a source whose hash is known without fetching can be a no-op) and
     the catalog's macOS deployment target and MPS minimum, the wheel's bytes still hash to
     what was verified, and the index lists it.
     """
@@ -245,6 +245,7 @@ def up_to_date(options: Options, source_sha256: str | None) -> list[Path] | None
         "wheel_version": options.wheel_version,
         "builder": options.builder,
         "series_fingerprint": options.line.series_fingerprint,
+        "build_fingerprint": options.line.build_fingerprint,
         "source_sha256": source_sha256,
         "macos_deployment_target": options.line.macos_deployment_target,
         "mps_min_macos": options.line.mps_min_macos,

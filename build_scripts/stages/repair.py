@@ -100,6 +100,7 @@ def build_info(options: Options, record: dict[str, Any], repair_note: str) -> di
         "source": {key: source.get(key) for key in ("kind", "location", "commit")},
         "series_fingerprint": record.get("series_fingerprint"),
         "patches": record.get("patches"),
+        "build_fingerprint": record.get("build_fingerprint"),
         "toolchain": toolchain,
         "build_requirements": record.get("build_requirements"),
         "built_at": record.get("built_at"),

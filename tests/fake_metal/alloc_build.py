@@ -198,24 +198,27 @@ WHOLE_STAND_INS = ALLOC / "whole_stand_ins.mm"
 
 
 def whole_allocator_library(tree: Path, wheel_include: Path, std: str, fake_lib: Path, torch_lib: Path,
-                            work: Path, upstream_allocator_mm: str, upstream_hooks_mm: str) -> Path:
+                            work: Path, upstream_allocator_mm: str, upstream_hooks_mm: str | None) -> Path:
     """libintelmac_whole_alloc.so: upstream's whole patched MPSAllocator.mm (given as text,
-    never committed), the patched MPSHooks::getPinnedMemoryAllocator (pinned_memory_hook),
+    never committed), the patched MPSHooks::getPinnedMemoryAllocator (pinned_memory_hook;
+    none where ``upstream_hooks_mm`` is None: 2.9.1, whose MPSHooks.mm cannot be dated),
     our MPSHeapStorage.mm and ``alloc/whole_stand_ins.mm`` (MPSDevice, MPSStream, MPSEvent,
     the event pool, dispatch_sync, and the C entry points)."""
     work.mkdir(parents=True, exist_ok=True)
     source = work / "MPSAllocator.mm"
     source.write_text(upstream_allocator_mm, encoding="utf-8")
-    hook = work / "MPSHooks_pinned.mm"
-    hook.write_text(pinned_memory_hook(upstream_hooks_mm), encoding="utf-8")
     includes = [f"-I{tree / 'aten' / 'src'}", f"-I{build.INCLUDE}", f"-I{MPS_STAND_INS}",
                 "-isystem", str(wheel_include)]
     objects = [
         build.compile_objcxx(source, work / "MPSAllocator.o", includes, std),
-        build.compile_objcxx(hook, work / "MPSHooks_pinned.o", includes, std),
         build.compile_objcxx(tree / "aten/src/ATen/mps/MPSHeapStorage.mm", work / "MPSHeapStorage.o", includes, std),
-        build.compile_objcxx(WHOLE_STAND_INS, work / "whole_stand_ins.o", includes, std),
+        build.compile_objcxx(WHOLE_STAND_INS, work / "whole_stand_ins.o",
+                             [*includes, f"-DINTELMAC_WHOLE_PINNED_HOOK={int(upstream_hooks_mm is not None)}"], std),
     ]
+    if upstream_hooks_mm is not None:
+        hook = work / "MPSHooks_pinned.mm"
+        hook.write_text(pinned_memory_hook(upstream_hooks_mm), encoding="utf-8")
+        objects.append(build.compile_objcxx(hook, work / "MPSHooks_pinned.o", includes, std))
     return build.link(work / "libintelmac_whole_alloc.so", objects, [
         str(fake_lib), f"-L{torch_lib}", "-lc10", f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{fake_lib.parent}",
         "-Wl,-Bsymbolic", "-Wl,--no-undefined", *build.LINK_LIBS,

@@ -174,11 +174,16 @@ def exact_device_source() -> str:
 
 def patched_260_file(path: str, series: Sequence[Path], work: Path) -> str:
     """2.6.0's exact file at `path` with the series' hunks on it applied."""
+    return patched_text(path, exact_260_file(path), series, work)
+
+
+def patched_text(path: str, text: str, series: Sequence[Path], work: Path) -> str:
+    """`text`, as the file at `path`, with the series' hunks on that file applied."""
     from intelmac_torch_builder.maint.check_upstream.series import filter_series
 
     target = work / "tree" / path
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(exact_260_file(path), encoding="utf-8")
+    target.write_text(text, encoding="utf-8")
     patching.apply_series(work / "tree", filter_series(series, lambda p: p == path, work / "patches"))
     return target.read_text(encoding="utf-8")
 

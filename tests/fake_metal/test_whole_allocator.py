@@ -1,18 +1,29 @@
-"""Upstream's whole 2.6.0 MPSAllocator.mm, the series applied, run against the stand-in Metal.
+"""Upstream's whole MPSAllocator.mm of 2.6.0 and of 2.9.1, the series applied, run against the stand-in Metal.
 
-The exact file comes from the real 2.6.0 source tree at test time (``make upstream-material``;
-never committed) and is compiled whole, with our MPSHeapStorage.mm, against the stand-in
-Metal and ``alloc/whole_stand_ins.mm`` (small MPSDevice, MPSStream, MPSEvent and event pool
-of our own: alloc_build.whole_allocator_library). whole_scenarios.py drives it through
-upstream's public IMPSAllocator in one process per pretend GPU (the allocator is a
-process-wide singleton): allocation, reuse, free, scalars and pinned memory where 2.6.0 has
-them, emptyCache, and out of memory; the asserts are on the allocator's statistics and
-messages and on the stand-in's records. The library also holds the body of
-MPSHooks::getPinnedMemoryAllocator from the patched exact MPSHooks.mm (patch 0012), what
-tensor.pin_memory() asks for MPS, run against this allocator's getIMPSAllocator.
+2.6.0: the exact file, from the real 2.6.0 source tree at test time (``make
+upstream-material``; never committed). 2.9.1: no source tree of it can be had here; what
+runs is 2.6.0's exact file with the changes the 2.9.1 release binary shows (a c10 include,
+``c10::utils::get_env`` in ``init_allocator`` and c10's ``format_size``: allocator_291.py
+says how each was dated), then 2.9.1's own series. ``test_the_text_that_runs_is_dated_by_the_binary``
+checks that dating every run: the file's internal asserts sit at the lines the 2.9.1 binary
+names, and what its functions call is what the binary's call. It is the best dated text of
+2.9.1's file, not the file: a change that moved no line, call or import would not be seen.
+
+Each is compiled whole, with our MPSHeapStorage.mm, against the stand-in Metal and
+``alloc/whole_stand_ins.mm`` (small MPSDevice, MPSStream, MPSEvent and event pool of our
+own: alloc_build.whole_allocator_library). whole_scenarios.py drives it through upstream's
+public IMPSAllocator in one process per pretend GPU (the allocator is a process-wide
+singleton): allocation, reuse, free, scalars and pinned memory where the line has them,
+emptyCache, out of memory, pinned memory under pressure and issue 42's probe; the asserts are on the
+allocator's statistics and messages and on the stand-in's records. On 2.6.0 the library
+also holds the body of MPSHooks::getPinnedMemoryAllocator from the patched exact
+MPSHooks.mm (patch 0012), what tensor.pin_memory() asks for MPS, run against this
+allocator's getIMPSAllocator; 2.9.1's check is in Context.h instead
+(tests/patches_cpp/test_context_pinned_memory.py).
 
 Without patch 0009 (``INTELMAC_ALLOC_WITHOUT_HOOKS=1``, as in test_allocator.py) the Intel
-iGPU's scalar and pinned requests get no memory: Metal refuses their shared heaps.
+iGPU's scalar and pinned requests get no memory on either line: Metal refuses their shared
+heaps.
 """
 
 from __future__ import annotations
@@ -28,12 +39,16 @@ import pytest
 from intelmac_torch_builder.core import catalog
 
 from ..patches_cpp import objc_lines
-from . import alloc_build, conftest
+from . import alloc_build, allocator_291, conftest
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 GIB = 1 << 30
 WITHOUT_HOOKS_ENV = "INTELMAC_ALLOC_WITHOUT_HOOKS"
+#: The lines whose whole MPSAllocator.mm runs here (module docstring).
+WHOLE_LINES = ("2.6.0", "2.9.1")
+#: How each line's out-of-memory message writes 1.5 GiB (2.6.0's own format_size; c10's on 2.9.1).
+WORKING_SET_TEXT = {"2.6.0": "1.50 GB", "2.9.1": "1.50 GiB"}
 GPUS = {
     "intel": {"name": "Intel(R) UHD Graphics 630", "registry_id": 0x100000101, "low_power": True,
               "unified_memory": True, "recommended_working_set": 1536 * MIB, "families": ["Mac2", "Common3"]},
@@ -44,24 +59,37 @@ GPUS = {
 }
 
 
-def _series() -> list[Path]:
-    series = list(catalog.load().line("2.6.0").patches)
+def _series(line: str) -> list[Path]:
+    series = list(catalog.load().line(line).patches)
     if os.environ.get(WITHOUT_HOOKS_ENV) == "1":
         series = [p for p in series if not p.name.startswith("0009-")]
     return series
 
 
-@pytest.fixture(scope="module")
-def whole_library(fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    conftest.require_toolchain()
-    objc_lines.require_wheel("2.6.0")
-    work = tmp_path_factory.mktemp("whole-alloc")
-    series = _series()
-    lt = objc_lines.prepare("2.6.0", series, work / "prep")
+def _allocator_text(line: str) -> str:
+    """The line's MPSAllocator.mm before the series: 2.6.0's exact file, or 2.9.1's dated text."""
     # exact_260_file fails under CI=true/INTELMAC_REQUIRE_WHEELS=1 when the tree is missing
-    upstream_mm = conftest.patched_260_file(alloc_build.ALLOCATOR_MM, series, work / "mm")
-    hooks_mm = conftest.patched_260_file(alloc_build.HOOKS_MM, series, work / "hooks")
-    return alloc_build.whole_allocator_library(lt.tree, lt.wheel_include, objc_lines.cxx_standard("2.6.0"),
+    exact = conftest.exact_260_file(alloc_build.ALLOCATOR_MM)
+    return exact if line == "2.6.0" else allocator_291.from_260(exact)
+
+
+@pytest.fixture(scope="module", params=WHOLE_LINES)
+def whole_line(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def whole_library(whole_line: str, fake_metal_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    conftest.require_toolchain()
+    objc_lines.require_wheel(whole_line)
+    work = tmp_path_factory.mktemp(f"whole-alloc-{whole_line}")
+    series = _series(whole_line)
+    lt = objc_lines.prepare(whole_line, series, work / "prep")
+    upstream_mm = conftest.patched_text(alloc_build.ALLOCATOR_MM, _allocator_text(whole_line), series, work / "mm")
+    # 2.9.1's MPSHooks.mm cannot be dated (no assert line of it in the binary): no hook there
+    hooks_mm = conftest.patched_260_file(alloc_build.HOOKS_MM, series, work / "hooks") if whole_line == "2.6.0" \
+        else None
+    return alloc_build.whole_allocator_library(lt.tree, lt.wheel_include, objc_lines.cxx_standard(whole_line),
                                                fake_metal_lib, conftest.torch_lib_dir(), work / "build", upstream_mm,
                                                hooks_mm)
 
@@ -140,19 +168,24 @@ def test_scalars_and_pinned_memory_where_the_line_has_them(results: dict[str, di
         assert r["scalar"]["block"].get("storage") == "shared" and r["scalar"]["cpu_value_ok"] == 1, r["scalar"]
         assert r["pinned"]["block"].get("storage") == "shared", r["pinned"]
     else:
-        assert "scalar" not in r  # 2.6.0 writes scalars through an MPSNDArray there
+        assert "scalar" not in r  # 2.6.0 and 2.9.1 write scalars through an MPSNDArray there
         assert r["pinned"]["block"] == {"error": "no shared allocator on this device"}
 
 
 @pytest.mark.parametrize("gpu", list(GPUS))
-def test_pin_memory_refuses_clearly_without_unified_memory(results: dict[str, dict[str, Any]], gpu: str) -> None:
+def test_pin_memory_refuses_clearly_without_unified_memory(results: dict[str, dict[str, Any]], gpu: str,
+                                                            whole_line: str) -> None:
     """Issue 35, finding 3: tensor.pin_memory() on 2.6.0 asks MPSHooks::getPinnedMemoryAllocator,
     which returned upstream's null shared allocator on an AMD GPU (the Storage built on it
     crashes). Patch 0012 refuses there with an error that says why and what to do; an Intel
     or Apple GPU still gets the shared allocator. tensor.is_pinned() asks the allocator
-    object itself, never null: False for ordinary memory on every GPU."""
+    object itself, never null: False for ordinary memory on every GPU. 2.9.1's 0012 checks
+    in Context.h (test_context_pinned_memory.py): no hook is built here for it."""
     r = results[gpu]
     assert r["is_pinned_cpu_memory"] == 0, r
+    if whole_line != "2.6.0":
+        assert "pin_memory_allocator" not in r, r
+        return
     if GPUS[gpu]["unified_memory"]:
         assert r["pin_memory_allocator"] == {"allocator": "shared"}, r["pin_memory_allocator"]
         return
@@ -209,8 +242,8 @@ def test_the_default_limit_is_the_working_set_on_an_intel_gpu(results: dict[str,
 
 
 @pytest.mark.parametrize("gpu", ["intel", "apple"])
-def test_pinned_memory_under_pressure(results: dict[str, dict[str, Any]], gpu: str) -> None:
-    """Issue 35: pinned memory (2.6.0's shared allocator; none on an AMD GPU) fills a device
+def test_pinned_memory_under_pressure(results: dict[str, dict[str, Any]], gpu: str, whole_line: str) -> None:
+    """Issue 35: pinned memory (the shared allocator; none on an AMD GPU) fills a device
     whose memory ends at its working set, is freed in a mixed order and fills it again with
     other sizes. After each phase the allocator counts exactly what the device holds; each
     fill ends in upstream's out-of-memory error naming PYTORCH_MPS_HIGH_WATERMARK_RATIO,
@@ -224,7 +257,40 @@ def test_pinned_memory_under_pressure(results: dict[str, dict[str, Any]], gpu: s
         assert stats["total_allocated"] == stats["driver_allocated"], (name, got)
     assert got["phases"]["end"]["total_allocated"] == 0 and got["phases"]["end"]["driver_allocated"] == 0, got
     if gpu == "intel":  # the limit the message names is the working set (1.5 GiB), not 1.7 times it
-        assert "max allowed: 1.50 GB" in got["fill_end"]["error"], got
+        assert f"max allowed: {WORKING_SET_TEXT[whole_line]}" in got["fill_end"]["error"], got
     full = got["phases"]["full"]
     assert full["driver_allocated"] <= min(full["high_watermark_limit"], GPUS[gpu]["recommended_working_set"]), got
     assert results[gpu]["violations"] == [], results[gpu]["violations"]
+
+
+@pytest.mark.parametrize("line", WHOLE_LINES)
+def test_the_text_that_runs_is_dated_by_the_binary(line: str) -> None:
+    """The text each line runs (before the series) against the line's official arm64
+    libtorch_cpu.dylib: the lines of its internal asserts, whether init_allocator reads the
+    environment with c10::utils::get_env or getenv, whether release_cached_buffers formats
+    with c10's format_size, and that it syncs with dispatch_sync (not the stored candidate's
+    dispatch_sync_with_rethrow). On 2.6.0, the exact file, it checks the method itself."""
+    objc_lines.require_wheel(line)
+    dylib = objc_lines.wheel_root(line) / "torch" / "lib" / "libtorch_cpu.dylib"
+    facts = allocator_291.binary_facts(dylib)
+    assert len(facts["asserts"]) == 5, facts  # type: ignore[arg-type]
+    assert allocator_291.source_facts(_allocator_text(line)) == facts
+    if line != "2.6.0":  # the check tells the lines apart: 2.6.0's own text fails it
+        assert allocator_291.source_facts(conftest.exact_260_file(alloc_build.ALLOCATOR_MM)) != facts
+
+
+@pytest.mark.parametrize("gpu", ["intel", "apple"])
+def test_small_requests_never_hold_a_large_free_block(results: dict[str, dict[str, Any]], gpu: str) -> None:
+    """Issue 42's probe on upstream's own pools (2.6.0, 2.9.1; an AMD GPU has no pinned memory
+    or scalar pool there): ten freed 24 MiB pinned blocks stay cached, 5 scalars of 8 bytes and
+    5 pinned tensors of 4 KiB go to the small pools and hold at most 1 MiB each
+    (kMaxSmallAlloc), and the next 24 MiB pinned request reuses a cached block: no new Metal
+    memory. What 2.14.1 and 2.15.0 needed rule 7a for (test_allocator.py) holds here by
+    upstream's pool choice."""
+    got = results[gpu]["small_after_large"]
+    assert all("handle" in b for b in [*got["large"], *got["small"], got["again"]]), got
+    assert got["cached"]["current_allocated"] == 0, got
+    assert got["held"]["current_allocated"] <= 10 * MIB, got
+    assert got["after"]["current_allocated"] - got["held"]["current_allocated"] == got["again"]["length"], got
+    assert got["after"]["total_allocated"] == got["held"]["total_allocated"], got
+    assert got["after"]["driver_allocated"] == got["held"]["driver_allocated"], got

@@ -1,4 +1,4 @@
-"""Scenarios run in a process of their own against upstream's whole 2.6.0 allocator.
+"""Scenarios run in a process of their own against upstream's whole allocator (2.6.0, 2.9.1).
 
 ``python -m tests.fake_metal.whole_scenarios LIBRARY FAKE_METAL`` with ``FAKE_METAL_CONFIG``
 naming one pretend GPU prints one JSON object: per scenario, what the allocator returned,
@@ -25,8 +25,12 @@ DEVICE, PINNED, SCALAR = 0, 1, 2
 class Whole:
     def __init__(self, library: Path) -> None:
         self.lib = ctypes.CDLL(str(library), mode=os.RTLD_LOCAL)
-        for name in ("whole_alloc", "whole_stats", "whole_pinned_memory_allocator"):
+        for name in ("whole_alloc", "whole_stats"):
             getattr(self.lib, name).restype = ctypes.c_char_p
+        # built only where the line's MPSHooks.mm is exact (2.6.0)
+        self.has_pin_hook = hasattr(self.lib, "whole_pinned_memory_allocator")
+        if self.has_pin_hook:
+            self.lib.whole_pinned_memory_allocator.restype = ctypes.c_char_p
         self.lib.whole_alloc.argtypes = [ctypes.c_int, ctypes.c_uint64]
         self.lib.whole_init.argtypes = [ctypes.c_uint64]
         self.lib.whole_set_high_watermark.argtypes = [ctypes.c_double]
@@ -65,11 +69,12 @@ def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
         whole.lib.whole_free(scalar.get("handle", -1))
         whole.lib.whole_complete()
 
-    # pinned memory: the shared allocator, which exists only with unified memory on 2.6.0
+    # pinned memory: the shared allocator, which exists only with unified memory on 2.6.0 and 2.9.1
     pinned = whole.alloc(PINNED, 4 * KiB)
     out["pinned"] = {"block": pinned}
     # what tensor.pin_memory() and tensor.is_pinned() reach: MPSHooks.mm as the series leaves it
-    out["pin_memory_allocator"] = json.loads(whole.lib.whole_pinned_memory_allocator().decode())
+    if whole.has_pin_hook:
+        out["pin_memory_allocator"] = json.loads(whole.lib.whole_pinned_memory_allocator().decode())
     out["is_pinned_cpu_memory"] = whole.lib.whole_is_pinned_cpu_memory()
     if "handle" in pinned:
         whole.lib.whole_free(pinned["handle"])
@@ -116,6 +121,8 @@ def run(library: Path, fake: FakeMetal, gpu: dict[str, Any]) -> dict[str, Any]:
     # pinned memory under pressure (issue 35), with the default limit back in force
     whole.lib.whole_set_high_watermark(out["defaults"]["high_watermark_limit"] / out["defaults"]["recommended_max"])
     out["pinned_pressure"] = pinned_pressure(whole)
+    if unified:  # pinned memory and the scalar pool exist only with unified memory on these lines
+        out["small_after_large"] = small_after_large(whole)
     out["end"] = whole.stats()
     out["violations"] = fake.violations()
     out["heap_storage_refused"] = fake.records("heap_storage_refused")
@@ -159,6 +166,25 @@ def pinned_pressure(whole: Whole) -> dict[str, Any]:
     whole.lib.whole_empty_cache()
     phases["end"] = whole.stats()
     out["phases"] = phases
+    return out
+
+
+def small_after_large(whole: Whole) -> dict[str, Any]:
+    """Issue 42's probe: ten 24 MiB pinned blocks freed, then 5 scalars of 8 bytes and 5
+    pinned tensors of 4 KiB held, then a 24 MiB pinned request; everything freed after."""
+    large = [whole.alloc(PINNED, PINNED_FILL) for _ in range(10)]
+    for block in large:
+        whole.lib.whole_free(block.get("handle", -1))
+    whole.lib.whole_complete()
+    cached = whole.stats()
+    small = [whole.alloc(SCALAR, 8) for _ in range(5)] + [whole.alloc(PINNED, 4 * KiB) for _ in range(5)]
+    held = whole.stats()
+    again = whole.alloc(PINNED, PINNED_FILL)
+    out = {"large": large, "cached": cached, "small": small, "held": held, "again": again, "after": whole.stats()}
+    for block in [*small, again]:
+        whole.lib.whole_free(block.get("handle", -1))
+    whole.lib.whole_complete()
+    whole.lib.whole_empty_cache()
     return out
 
 

@@ -188,6 +188,7 @@ def write_catalog(
                 "macos_deployment_target": line.get("macos_deployment_target", "13.0"),
                 "mps_min_macos": line.get("mps_min_macos", "13.0"),
                 "build_env": line.get("build_env", {}),
+                **({"toolchain": line["toolchain"]} if "toolchain" in line else {}),
             }
             for line in lines
         ],

@@ -1,5 +1,6 @@
 """The no-op `all` (a second make build with nothing changed) does nothing, and a changed
-input still takes the stages again: a patch, the catalog, an option, the source.
+input still takes the stages again: a patch, the catalog (its series, macOS fields, build_env
+and pinned toolchain), an option, the source.
 
 How quick the no-op is, is measured (docs/building.md), not timed here.
 """
@@ -82,6 +83,33 @@ def test_a_changed_macos_target_in_the_catalog_rebuilds(built: Project, field: s
     built.rewrite_catalog(**{field: "14.0"})
     info, _ = _rebuilt(built)
     assert info[field] == "14.0"
+
+
+def test_a_changed_build_env_rebuilds(built: Project) -> None:
+    """The line's build_env, which the compile reads (e.g. USE_MKLDNN)."""
+    (indexed,) = built.wheels.glob("*.whl")
+    before, _ = _wheel_text(indexed, MPS_PATH)
+    built.rewrite_catalog(build_env={"USE_MKLDNN": "0"})
+    info, _ = _rebuilt(built)
+    assert info["build_fingerprint"] != before["build_fingerprint"]
+
+
+def test_a_changed_pinned_toolchain_rebuilds(project: Project) -> None:
+    """The line's pinned build toolchain: the same pin file with other content."""
+    pins = project.catalog.parent / "toolchain" / "line.txt"
+    pins.parent.mkdir(parents=True, exist_ok=True)
+    pins.write_text("ninja==1.11.1.1 --hash=sha256:" + "0" * 64 + "\n")
+    toolchain = {"pins": "toolchain/line.txt", "requires": ["ninja"]}
+    project.rewrite_catalog(toolchain=toolchain)
+    first = project.cli(*BUILT)
+    assert first.code == 0, first.text
+    again = project.cli(*BUILT)
+    assert again.code == 0 and "Up to date" in again.err, again.text
+    (indexed,) = project.wheels.glob("*.whl")
+    before, _ = _wheel_text(indexed, MPS_PATH)
+    pins.write_text("ninja==1.11.1.4 --hash=sha256:" + "1" * 64 + "\n")
+    info, _ = _rebuilt(project)
+    assert info["build_fingerprint"] != before["build_fingerprint"]
 
 
 def test_a_changed_option_rebuilds(built: Project) -> None:

@@ -156,8 +156,8 @@ def callers(dylib: Path, mangled: str) -> list[str]:
     return sorted(set(_owners(dylib, pcs)))
 
 
-def callees(dylib: Path, mangled: str) -> list[str]:
-    """The demangled functions that ``mangled`` branches to (sorted, each once)."""
+def _destinations(dylib: Path, mangled: str) -> list[int]:
+    """Where the branches inside ``mangled`` go, those within it left out."""
     addresses, names = _symbols(dylib)
     position = names.index(mangled)
     start, end = int(addresses[position]), int(addresses[position + 1])
@@ -165,7 +165,37 @@ def callees(dylib: Path, mangled: str) -> list[str]:
     _words, index, dest = _branches(dylib)
     pcs = vmaddr + 4 * index.astype(np.int64)
     inside = (pcs >= start) & (pcs < end) & ((dest < start) | (dest >= end))
-    return sorted(set(_owners(dylib, dest[inside].tolist())))
+    return [int(d) for d in dest[inside].tolist()]
+
+
+def callees(dylib: Path, mangled: str) -> list[str]:
+    """The demangled functions that ``mangled`` branches to (sorted, each once)."""
+    return sorted(set(_owners(dylib, _destinations(dylib, mangled))))
+
+
+@functools.cache
+def _stubs(dylib: Path) -> dict[int, str]:
+    """Address of every __TEXT,__stubs entry -> the imported symbol it jumps to."""
+    tool = shutil.which("llvm-objdump")
+    if tool is None:
+        raise FileNotFoundError("llvm-objdump is not installed (apt-get install -y llvm)")
+    out = subprocess.run([tool, "--macho", "--indirect-symbols", str(dylib)], check=True, capture_output=True,
+                         text=True).stdout
+    stubs: dict[int, str] = {}
+    section = ""
+    for line in out.splitlines():
+        if line.startswith("Indirect symbols for "):
+            section = line.split()[3]
+        elif section == "(__TEXT,__stubs)" and (parts := line.split()) and parts[0].startswith("0x") and len(parts) == 3:
+            stubs[int(parts[0], 16)] = parts[2]
+    return stubs
+
+
+def imported_callees(dylib: Path, mangled: str) -> list[str]:
+    """The imported symbols (mangled, as the stubs name them) that ``mangled`` calls through
+    the stubs (sorted, each once): what ``callees`` cannot name, e.g. libc or another dylib."""
+    stubs = _stubs(dylib)
+    return sorted({stubs[d] for d in _destinations(dylib, mangled) if d in stubs})
 
 
 def version_sites(dylib: Path, header: Path) -> list[Site]:

@@ -186,10 +186,12 @@ at::mps::IMPSAllocator* allocator(int shared) {
 
 } // namespace
 
+#if INTELMAC_WHOLE_PINNED_HOOK
 namespace at::mps {
 // MPSHooks::getPinnedMemoryAllocator's body as the series leaves it (alloc_build.pinned_memory_hook)
 c10::Allocator* intelmac_whole_pinned_memory_allocator();
 } // namespace at::mps
+#endif
 
 extern "C" {
 
@@ -234,6 +236,7 @@ const char* whole_alloc_in_pool(int kind, uint64_t size) {
   }
 }
 
+#if INTELMAC_WHOLE_PINNED_HOOK
 // What tensor.pin_memory() gets from MPSHooks::getPinnedMemoryAllocator:
 // {"allocator": "shared"} (the shared allocator), {"allocator": null} or {"error": message}.
 const char* whole_pinned_memory_allocator() {
@@ -247,6 +250,7 @@ const char* whole_pinned_memory_allocator() {
     return give("{\"error\": " + quoted(e.what_without_backtrace()) + "}");
   }
 }
+#endif
 
 // What tensor.is_pinned() answers for ordinary CPU memory (upstream's isMPSPinnedPtr).
 int whole_is_pinned_cpu_memory() {
