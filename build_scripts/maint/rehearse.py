@@ -496,6 +496,7 @@ def built_json(options: Options, fetched: official_wheels.OfficialWheel, officia
         "source": source.to_json(),
         "series_fingerprint": options.line.series_fingerprint if not PLANT.on("stale-series") else "planted",
         "patches": [patch.name for patch in options.line.patches],
+        "build_fingerprint": options.line.build_fingerprint,
         "toolchain": {},
         "build_requirements": None,
         "libomp_prefix": None,
