@@ -7,23 +7,26 @@ own wheels of the same release are the closest thing there is: torch for macOS a
 line's torchvision. For each line the rehearsal
 
 1. fetches them (official_wheels.py: cached, resumable, checked against the index's sha256);
-2. leaves them as our build stage would have: the series applied to what the wheel installs
-   (its Python files, and its headers in their installed form, inside the guard the line's
-   install step wraps them in), our new files where the install puts them, our version
-   (``+intelmac``), platform tag and, for torchvision, the exact torch requirement that
-   ``PYTORCH_VERSION`` gives. The binaries stay upstream's (arm64);
-3. runs the stages' own code on them: the repair's Mach-O checks and build information,
-   verify (every check the wheel can answer), index, and pip resolving the install command.
+2. leaves them as the source, patch and build stages would have (a stand-in for the compiled
+   tree): the series applied to what the wheel installs (its Python files, and its headers in
+   their installed form, inside the guard the line's install step wraps them in), our new
+   files where the install puts them, our version (``+intelmac``), platform tag and, for
+   torchvision, the exact torch requirement that ``PYTORCH_VERSION`` gives. The binaries stay
+   upstream's (arm64), linked as our build links them: torch's OpenMP runtime outside the
+   wheel, for delocate to bundle;
+3. runs the stages' own entry points on them, as pipeline.py calls them: repair.repair() (the
+   Mach-O checks, delocate and relocate, with LLVM's Mach-O tools playing Apple's:
+   mac_tools.py), verify.verify(), index.index() with pip resolving the install command.
 
 Then upstream's last x86_64 macOS torch (2.2.2), as our build's wheel (its OpenMP runtime
-outside it, as the pinned llvm-openmp is), goes through the repair stage's whole repair_one:
-the Mach-O checks, delocate and relocate, with LLVM's Mach-O tools playing Apple's
-(mac_tools.py), and verify's checks of the result.
+outside it, as the pinned llvm-openmp is), goes through the same repair.repair() with x86_64
+required, and verify's checks that do not read the series.
 
-Nothing in the stages knows it is rehearsing; only the input differs. What arm64 binaries
-or Linux cannot answer is printed as ``n/a`` with the reason. One line per stage and per
-check; the exit status is 0 only when none failed. ``--plant`` puts one fault (PLANTS) into
-the input, for the tests that show each check can fail.
+Nothing in the stages knows it is rehearsing; only the input differs, and what cannot hold
+for an upstream arm64 wheel is narrowed in one place per wheel (``narrowed``, its reason
+printed). One line per stage and per check; the exit status is 0 only when none failed.
+``--plant`` (repeatable) puts a fault (PLANTS) into the input, for the tests that show each
+check can fail.
 """
 
 from __future__ import annotations
@@ -159,7 +162,7 @@ PLANTS = {
     "duplicate-rpath": Plant("x86", "repair", "Mach-O checks, delocate, relocate",
                              "2.2.2's _C.so keeps its repeated LC_RPATH (the repair's Mach-O checks refuse it)"),
     "relocate-skipped": Plant("x86", "verify", "OpenMP layout",
-                              "repair_one without openmp_layout.relocate: libomp left in torch/.dylibs"),
+                              "repair() without openmp_layout.relocate: libomp left in torch/.dylibs"),
     "unsigned": Plant("x86", "repair", "signing", "a codesign that signs nothing"),
     "another-name": Plant("torch", "verify", "name", "the wheel file named torchx"),
     "no-local-label": Plant("torch", "verify", "local label", "the wheel's version without +intelmac"),
@@ -249,7 +252,7 @@ def _plant_metadata(text: str) -> str:
 
 @contextmanager
 def _relocate_planted() -> Iterator[None]:
-    """repair_one without openmp_layout.relocate, for the relocate-skipped plant."""
+    """repair() without openmp_layout.relocate, for the relocate-skipped and libomp-in-dylibs plants."""
     if not (PLANT.on("relocate-skipped") or PLANT.on("libomp-in-dylibs")):
         yield
         return
@@ -736,7 +739,7 @@ def rehearse_line(r: Rehearsal, version: str, work: Path, log: Log, args: argpar
         target = target.companion()
 
 
-#: macOS, as repair_one asks the host: delocate runs here through maint/mac_tools' stand-ins.
+#: macOS, as repair() asks the host: delocate runs here through maint/mac_tools' stand-ins.
 MAC = Host("Darwin", "x86_64", "rehearsal", 1, 0, None, None, None)
 
 
