@@ -129,6 +129,10 @@ class Options:
     # Set on a companion's options (``line`` is then the companion): the torch build it
     # is built against.
     companion_of: Options | None = None
+    # The one architecture a macOS build's binaries must carry and its wheel is tagged for:
+    # this project builds for Intel Macs. The rehearsal (maint/rehearse.py), whose binaries
+    # are upstream's arm64 ones, is the one place it is anything else.
+    arch: str = "x86_64"
 
     @property
     def wheel_version(self) -> str:

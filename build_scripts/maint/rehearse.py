@@ -7,23 +7,26 @@ own wheels of the same release are the closest thing there is: torch for macOS a
 line's torchvision. For each line the rehearsal
 
 1. fetches them (official_wheels.py: cached, resumable, checked against the index's sha256);
-2. leaves them as our build stage would have: the series applied to what the wheel installs
-   (its Python files, and its headers in their installed form, inside the guard the line's
-   install step wraps them in), our new files where the install puts them, our version
-   (``+intelmac``), platform tag and, for torchvision, the exact torch requirement that
-   ``PYTORCH_VERSION`` gives. The binaries stay upstream's (arm64);
-3. runs the stages' own code on them: the repair's Mach-O checks and build information,
-   verify (every check the wheel can answer), index, and pip resolving the install command.
+2. leaves them as the source, patch and build stages would have (a stand-in for the compiled
+   tree): the series applied to what the wheel installs (its Python files, and its headers in
+   their installed form, inside the guard the line's install step wraps them in), our new
+   files where the install puts them, our version (``+intelmac``), platform tag and, for
+   torchvision, the exact torch requirement that ``PYTORCH_VERSION`` gives. The binaries stay
+   upstream's (arm64), linked as our build links them: torch's OpenMP runtime outside the
+   wheel, for delocate to bundle;
+3. runs the stages' own entry points on them, as pipeline.py calls them: repair.repair() (the
+   Mach-O checks, delocate and relocate, with LLVM's Mach-O tools playing Apple's:
+   mac_tools.py), verify.verify(), index.index() with pip resolving the install command.
 
 Then upstream's last x86_64 macOS torch (2.2.2), as our build's wheel (its OpenMP runtime
-outside it, as the pinned llvm-openmp is), goes through the repair stage's whole repair_one:
-the Mach-O checks, delocate and relocate, with LLVM's Mach-O tools playing Apple's
-(mac_tools.py), and verify's checks of the result.
+outside it, as the pinned llvm-openmp is), goes through the same repair.repair() with x86_64
+required, and verify's checks that do not read the series.
 
-Nothing in the stages knows it is rehearsing; only the input differs. What arm64 binaries
-or Linux cannot answer is printed as ``n/a`` with the reason. One line per stage and per
-check; the exit status is 0 only when none failed. ``--plant`` puts one fault (PLANTS) into
-the input, for the tests that show each check can fail.
+Nothing in the stages knows it is rehearsing; only the input differs, and what cannot hold
+for an upstream arm64 wheel is narrowed in one place per wheel (``narrowed``, its reason
+printed). One line per stage and per check; the exit status is 0 only when none failed.
+``--plant`` (repeatable) puts a fault (PLANTS) into the input, for the tests that show each
+check can fail.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ from ..core._log import Log
 from ..core.errors import BuildError
 from ..core.host import Host
 from ..core.options import Options, PythonTarget, resolve
-from ..core.records import BUILT, VERIFIED, SourceRecord
+from ..core.records import BUILT, REPAIRED, VERIFIED, SourceRecord
 from ..platforms import macos
 from ..stages import index as index_stage
 from ..stages import repair, verify
@@ -139,9 +142,19 @@ PLANTS = {
                          "torch/include/ATen/mps/MPSDevice.h carries a line the series does not add"),
     "missing-module": Plant("torch", "verify", "patched code",
                             "torch/backends/mps/_device_policy.py (a new module) left out"),
-    "newer-minos": Plant("torch", "repair", "Mach-O checks",
+    "corrupt-wheel": Plant("torch", "fetch", "official wheel",
+                           "the cached official torch wheel has one byte changed (a cache copy)"),
+    "corrupt-x86-wheel": Plant("x86", "fetch", "official wheel",
+                               f"the cached official torch {X86_TORCH} wheel has one byte changed (a cache copy)"),
+    "stale-context": Plant("torch", "build", "shaped as built",
+                           "upstream's installed torch/include/ATen/mps/MPSDevice.h cut short: the "
+                           "series no longer applies to what the wheel installs"),
+    "no-pinned-openmp": Plant("x86", "build", "shaped as built",
+                              "the pinned llvm-openmp is not in the native cache (an empty one)"),
+    "newer-minos": Plant("torch", "repair", "Mach-O checks, delocate, relocate",
                          "torch/lib/libc10.dylib of the line's own wheel built for macOS 15.0"),
-    "record-row": Plant("torch", "verify", "RECORD hashes", "a RECORD row with another sha256"),
+    "record-row": Plant("torch", "verify", "RECORD hashes",
+                        "a RECORD row with another sha256 in the repaired wheel verify reads"),
     "index-sha256": Plant("torch", "index", "index and install",
                           "the verified wheel's bytes changed before the index stage"),
     "missing-image-extension": Plant("companion", "verify", "image codecs",
@@ -149,22 +162,26 @@ PLANTS = {
     "duplicate-rpath": Plant("x86", "repair", "Mach-O checks, delocate, relocate",
                              "2.2.2's _C.so keeps its repeated LC_RPATH (the repair's Mach-O checks refuse it)"),
     "relocate-skipped": Plant("x86", "verify", "OpenMP layout",
-                              "repair_one without openmp_layout.relocate: libomp left in torch/.dylibs"),
+                              "repair() without openmp_layout.relocate: libomp left in torch/.dylibs"),
     "unsigned": Plant("x86", "repair", "signing", "a codesign that signs nothing"),
     "another-name": Plant("torch", "verify", "name", "the wheel file named torchx"),
     "no-local-label": Plant("torch", "verify", "local label", "the wheel's version without +intelmac"),
-    "retagged": Plant("torch", "verify", "tags", "the wheel tagged macosx_15_0 (as delocate re-tags "
-                      "for a bundled library built for a newer macOS)"),
-    "wheel-tag": Plant("torch", "verify", "WHEEL tags", "WHEEL declares an arm64 tag"),
+    "retagged": Plant("torch", "verify", "tags", "the repaired wheel renamed macosx_15_0 (as delocate "
+                      "re-tags for a bundled library built for a newer macOS)"),
+    "no-omp-h": Plant("torch", "verify", "OpenMP layout", "the repaired wheel without torch/include/omp.h"),
+    "libomp-in-dylibs": Plant("torch", "verify", "OpenMP layout",
+                              "repair() without openmp_layout.relocate: libomp left where delocate put it"),
+    "wheel-tag": Plant("torch", "verify", "WHEEL tags",
+                       "the repaired wheel's WHEEL declares the other architecture's tag"),
     "metadata-name": Plant("torch", "verify", "METADATA name", "METADATA names another project"),
     "metadata-version": Plant("torch", "verify", "METADATA version", "METADATA has upstream's version"),
     "stale-series": Plant("torch", "verify", "build info", "built.json from another series"),
-    "no-omp-header": Plant("torch", "repair", "build information",
+    "no-omp-header": Plant("torch", "repair", "Mach-O checks, delocate, relocate",
                            "the build's OpenMP prefix has no include/omp.h"),
     "build-machine-rpath": Plant("torch", "verify", "library paths",
-                                 "torch/_C.so keeps upstream's build machine's LC_RPATH"),
-    "second-runtime": Plant("torch", "verify", "OpenMP layout",
-                            "a second libomp.dylib in torch/.dylibs"),
+                                 "the repaired wheel's torch/_C.so carries a build machine's LC_RPATH"),
+    "second-runtime": Plant("torch", "repair", "Mach-O checks, delocate, relocate",
+                            "a second OpenMP runtime, torch/lib/libiomp5.dylib, in the built wheel"),
     "changed-source": Plant("torch", "index", "no-op rebuild",
                             "make build pinned to another source sha256"),
     "unpinned-torch": Plant("companion", "verify", "requires torch",
@@ -177,9 +194,13 @@ PLANTS = {
 
 
 class _Planted:
-    """The fault this run plants (--plant), if any."""
+    """The faults this run plants (--plant, repeatable: the tests plant several whose checks
+    do not touch each other in one run)."""
 
-    name: str | None = None
+    names: frozenset[str] = frozenset()
+
+    def on(self, name: str) -> bool:
+        return name in self.names
 
 
 PLANT = _Planted()
@@ -204,35 +225,35 @@ def _with_minos(data: bytes, version: str) -> bytes:
 
 def _plant_member(member: str, data: bytes) -> bytes | None:
     """``data`` with this run's planted fault, if it is in ``member``; None: leave it out."""
-    name = PLANT.name
-    if name == "header-hunk" and member == "torch/include/ATen/mps/MPSDevice.h":
+    on = PLANT.on
+    if on("header-hunk") and member == "torch/include/ATen/mps/MPSDevice.h":
         return data + b"\n// planted: a hunk the series does not have\n"
-    if name == "missing-module" and member == "torch/backends/mps/_device_policy.py":
+    if on("missing-module") and member == "torch/backends/mps/_device_policy.py":
         return None
-    if name == "newer-minos" and member == "torch/lib/libc10.dylib":
+    if on("newer-minos") and member == "torch/lib/libc10.dylib":
         return _with_minos(data, "15.0")
-    if name == "missing-image-extension" and verify.IMAGE_EXTENSION.fullmatch(member):
+    if on("missing-image-extension") and verify.IMAGE_EXTENSION.fullmatch(member):
         return None
-    if name == "no-mps-kernels" and member.startswith(companion.EXTENSION_PREFIX) and member.endswith(".so"):
+    if on("no-mps-kernels") and member.startswith(companion.EXTENSION_PREFIX) and member.endswith(".so"):
         for marker in companion.MPS_MARKERS:
             data = data.replace(marker.encode(), b"x" * len(marker))
     return data
 
 
 def _plant_metadata(text: str) -> str:
-    if PLANT.name == "metadata-name":
+    if PLANT.on("metadata-name"):
         return re.sub(r"(?m)^Name: .*$", "Name: planted-name", text, count=1)
-    if PLANT.name == "metadata-version":
+    if PLANT.on("metadata-version"):
         return re.sub(r"(?m)^Version: (.*)\+.*$", r"Version: \1", text, count=1)
-    if PLANT.name == "unpinned-torch":
+    if PLANT.on("unpinned-torch"):
         return re.sub(r"(?m)^Requires-Dist: torch==.*$", "Requires-Dist: torch", text)
     return text
 
 
 @contextmanager
 def _relocate_planted() -> Iterator[None]:
-    """repair_one without openmp_layout.relocate, for the relocate-skipped plant."""
-    if PLANT.name != "relocate-skipped":
+    """repair() without openmp_layout.relocate, for the relocate-skipped and libomp-in-dylibs plants."""
+    if not (PLANT.on("relocate-skipped") or PLANT.on("libomp-in-dylibs")):
         yield
         return
     original = openmp_layout.relocate
@@ -272,7 +293,10 @@ def patched_files(official: zipfile.ZipFile, patches: tuple[Path, ...], tree: Pa
             continue
         target = tree / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(installed_headers.source_form(official.read(str(installed))))
+        body = installed_headers.source_form(official.read(str(installed)))
+        if PLANT.on("stale-context") and installed == "torch/include/ATen/mps/MPSDevice.h":
+            body = b"".join(body.splitlines(keepends=True)[:12])
+        target.write_bytes(body)
     tree.mkdir(parents=True, exist_ok=True)
     with _scratch(tree) as scratch:
         patching.apply_series(tree, filter_series(patches, landing.__contains__, scratch))
@@ -305,7 +329,7 @@ def _guard_for(official: zipfile.ZipFile, installed: str) -> installed_headers.G
 
 def _platform(options: Options) -> str:
     major, _, minor = options.line.macos_deployment_target.partition(".")
-    return f"macosx_{major}_{minor or '0'}_x86_64"
+    return f"macosx_{major}_{minor or '0'}_{options.arch}"
 
 
 def _metadata(text: str, options: Options) -> str:
@@ -336,24 +360,28 @@ def series_members(source: zipfile.ZipFile, landing: dict[str, patching.FileChan
     return replaced, removed, guarded
 
 
-def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[Path, str]:
-    """The wheel our build stage would leave in raw/, made from ``official``; and what was done."""
+def shape(official: Path, options: Options, tree: Path, out_dir: Path, omp: Path | None) -> tuple[Path, str]:
+    """The wheel our build stage would leave in raw/, made from ``official``; and what was done.
+
+    ``omp``: the OpenMP runtime the build linked, outside the wheel (a torch line): the
+    official wheel's own copy is left out and every binary loads ``omp``, for delocate to
+    bundle and relocate to move, as they do with our build's."""
     name, _, _, tags = parse_wheel_filename(official.name)
     tag = sorted(tags, key=str)[0]
     wheel_tag = f"{tag.interpreter}-{tag.abi}-{_platform(options)}"
-    if PLANT.name == "retagged":  # as delocate re-tags a wheel whose bundled library needs it
-        wheel_tag = wheel_tag.replace(_platform(options), "macosx_15_0_x86_64")
     filename = f"{options.line.name}-{options.wheel_version}-{wheel_tag}.whl"
-    if PLANT.name in ("another-name", "no-local-label"):
-        filename = (f"{options.line.name}x-{options.wheel_version}-{wheel_tag}.whl" if PLANT.name == "another-name"
-                    else f"{options.line.name}-{options.line.version}-{wheel_tag}.whl")  # fmt: skip
+    if PLANT.on("another-name"):
+        filename = f"{options.line.name}x-{options.wheel_version}-{wheel_tag}.whl"
+    if PLANT.on("no-local-label"):
+        filename = f"{options.line.name}-{options.line.version}-{wheel_tag}.whl"
     with zipfile.ZipFile(official) as source:
         old_info = buildinfo.dist_info_dir(source.namelist())
         new_info = f"{options.line.name}-{options.wheel_version}.dist-info"
         landing = patched_files(source, options.line.patches, tree)
         replaced, removed, guarded = series_members(source, landing, tree)
-        if PLANT.name == "second-runtime" and openmp_layout.OMP_LIBRARY in source.namelist():
-            replaced["torch/.dylibs/libomp.dylib"] = source.read(openmp_layout.OMP_LIBRARY)
+        runtimes = {name for name in source.namelist() if omp is not None and openmp_layout.is_runtime(name)}
+        if PLANT.on("second-runtime") and openmp_layout.OMP_LIBRARY in source.namelist():
+            replaced["torch/lib/libiomp5.dylib"] = source.read(openmp_layout.OMP_LIBRARY)
         out_dir.mkdir(parents=True, exist_ok=True)
         destination = out_dir / filename
         temp = destination.with_name(f".{filename}.tmp")
@@ -364,7 +392,7 @@ def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[
         with zipfile.ZipFile(temp, "w", zipfile.ZIP_STORED) as out:
             names = [info.filename for info in source.infolist() if not info.is_dir()]
             for member in sorted(set(names) | set(replaced)):
-                if member in removed or member == f"{old_info}/RECORD":
+                if member in removed or member in runtimes or member == f"{old_info}/RECORD":
                     continue
                 data = replaced[member] if member in replaced else source.read(member)
                 planted = _plant_member(member, data)
@@ -372,18 +400,15 @@ def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[
                     continue
                 data = planted
                 if _binaries.kind(data[:8]) == "macho":
-                    data, edits = link_edits(data, member, options)
+                    data, edits = link_edits(data, member, options, omp)
                     edited += edits
                 target = member.replace(old_info + "/", new_info + "/", 1)
                 if target == f"{new_info}/METADATA":
                     data = _plant_metadata(_metadata(data.decode(), options)).encode()
                 elif target == f"{new_info}/WHEEL":
-                    declared = wheel_tag if PLANT.name != "wheel-tag" else wheel_tag.replace("x86_64", "arm64")
-                    data = re.sub(r"(?m)^Tag: .*$", f"Tag: {declared}", data.decode(), count=1).encode()
+                    data = re.sub(r"(?m)^Tag: .*$", f"Tag: {wheel_tag}", data.decode(), count=1).encode()
                 out.writestr(target, data)
                 rows.append([target, buildinfo.record_hash(data), str(len(data))])
-            if PLANT.name == "record-row":
-                rows[0][1] = "sha256=" + "A" * 43
             rows.append([f"{new_info}/RECORD", "", ""])
             record = io.StringIO()
             csv.writer(record, lineterminator="\n").writerows(rows)
@@ -391,8 +416,9 @@ def shape(official: Path, options: Options, tree: Path, out_dir: Path) -> tuple[
     temp.replace(destination)
     what = (f"{len(landing)} files of the series placed as installed ({guarded} headers inside "
             f"the line's install guard); {name} {options.wheel_version}, tag {wheel_tag}; "
-            f"LC_RPATHs of {len(edited)} binaries edited by {Path(install_name_tool()).name} (as the "
-            f"repair leaves them{', our LDFLAGS rpath to torch' if options.companion_of else ''})")  # fmt: skip
+            f"{len(edited)} binaries edited by {Path(install_name_tool()).name} as our build links them"
+            f"{f': OpenMP runtime {omp} outside the wheel' if omp else ''}"
+            f"{', our LDFLAGS rpath to torch' if options.companion_of else ''}, a repeated LC_RPATH once")  # fmt: skip
     return destination, what
 
 
@@ -401,40 +427,48 @@ def install_name_tool() -> str:
     return mac_tools.llvm_tool(mac_tools.LLVM_NAMES["install_name_tool"])
 
 
-def link_edits(data: bytes, member: str, options: Options) -> tuple[bytes, list[str]]:
-    """``data`` with the LC_RPATHs the repaired wheel of an arm64 line has: a repeated bare
-    ``@loader_path`` left once (our series links it once: 2.6.0's 0007), and build-machine
-    rpaths removed, as the repair removes them (delocate-wheel --sanitize-rpaths, then
-    openmp_layout.relocate for what it leaves; both run for real in the torch 2.2.2 x86_64
-    run). In a companion's extension modules: the rpath to torch's folder our LDFLAGS give
-    (platforms/torchvision.py)."""
+def link_edits(data: bytes, member: str, options: Options, omp: Path | None) -> tuple[bytes, list[str]]:
+    """``data`` linked as our build links it, for the repair to work on: the OpenMP runtime
+    loaded from ``omp`` outside the wheel (platforms/macos.py's llvm-openmp), a repeated
+    LC_RPATH left once (our series links each once: 2.6.0's 0007) and, in a companion's
+    extension modules, the rpath to torch's folder our LDFLAGS give (platforms/torchvision.py)
+    instead of upstream's to its build machine. torch's rpaths to upstream's build machine
+    stay: delocate and relocate must remove them."""
     with tempfile.TemporaryDirectory(prefix="rehearse-macho-") as folder:
         local = Path(folder) / "binary"
         local.write_bytes(data)
-        edits: list[str] = []
-        # LLVM's tool deletes one LC_RPATH of a name per run; upstream's binaries repeat some.
-        while True:
-            rpaths = [rpath for piece in _binaries.read_macho(local) for rpath in piece.rpaths]
-            argv = [arg for rpath in sorted(set(rpaths)) if not rpath.startswith("@")
-                    for arg in ("-delete_rpath", rpath)]  # fmt: skip
-            if PLANT.name == "build-machine-rpath" and member.startswith("torch/_C."):
-                argv = []  # the build machine's rpath stays
-            if rpaths.count("@loader_path") > 1:
-                # our series links it once; the repair's Mach-O checks refuse a repeat
-                argv += ["-delete_rpath", "@loader_path"]
-            if (options.companion_of is not None and member.endswith(".so")
-                    and companion.TORCH_LIB_RPATH not in rpaths and PLANT.name != "no-torch-rpath"):  # fmt: skip
-                argv += ["-add_rpath", companion.TORCH_LIB_RPATH]
-            if not argv or len(edits) > len(rpaths) + 1:
-                break
-            done = subprocess.run([install_name_tool(), *argv, str(local)], capture_output=True,
-                                  text=True, check=False)  # fmt: skip
-            if done.returncode != 0:
-                raise BuildError(f"{member}: {install_name_tool()} {' '.join(argv)} failed: {done.stderr.strip()}")
-            edits.append(f"{member}: {' '.join(argv)}")
-        if not edits:
+        slices = _binaries.read_macho(local)
+        rpaths = [rpath for piece in slices for rpath in piece.rpaths]
+        argv: list[str] = []
+        if omp is not None:
+            loads = sorted({load for piece in slices for load in piece.dylibs if openmp_layout.is_runtime(load)})
+            argv += [arg for load in loads for arg in ("-change", load, str(omp))]
+        if (options.companion_of is not None and member.endswith(".so")
+                and companion.TORCH_LIB_RPATH not in rpaths and not PLANT.on("no-torch-rpath")):  # fmt: skip
+            # In place of upstream's build-machine rpath: its header has no room for both (LLVM's
+            # tool then writes a malformed file: 0.29.2's image_stable.so), and a binary linked
+            # with our LDFLAGS has room for its own. delocate's --sanitize-rpaths is shown on torch.
+            argv += [arg for rpath in sorted(set(rpaths)) if not rpath.startswith("@")
+                     for arg in ("-delete_rpath", rpath)]  # fmt: skip
+            argv += ["-add_rpath", companion.TORCH_LIB_RPATH]
+        if argv:
+            _edit(local, argv)
+        single = _single_rpaths(local)
+        if not argv and not single:
             return data, []
-        return local.read_bytes(), [f"{member}: {len(edits)} run(s) of {Path(install_name_tool()).name}"]
+        return local.read_bytes(), [member]
+
+
+def _single_rpaths(local: Path, keep: bool = False) -> list[str]:
+    """Leave each LC_RPATH of ``local`` once (LLVM's tool deletes one copy a run), unless
+    ``keep`` (the duplicate-rpath plant); the repeats."""
+    slices = _binaries.read_macho(local)
+    repeats = sorted({rpath for piece in slices for rpath in macho_checks.duplicate_rpaths(piece)})
+    for rpath in repeats if not keep else ():
+        _edit(local, ["-delete_rpath", rpath])
+        if rpath not in [rp for piece in _binaries.read_macho(local) for rp in piece.rpaths]:
+            _edit(local, ["-add_rpath", rpath])
+    return repeats
 
 
 # --- the stages, on the shaped wheels ---------------------------------------------------
@@ -447,17 +481,6 @@ def line_options(version: str, work: Path, catalog: Path | None) -> Options:
         work_dir=work / "build", wheels_dir=work / "wheels", cache_dir=work / "cache",
     )  # fmt: skip
     return dataclasses.replace(resolve(args), pythons=(PYTHON,))
-
-
-def _libomp_prefix(official: Path, root: Path) -> Path | None:
-    """A prefix holding the official wheel's omp.h: the OpenMP this 'build' compiled against."""
-    with zipfile.ZipFile(official) as archive:
-        if repair.OMP_HEADER not in archive.namelist():
-            return None
-        header = root / "libomp" / "include" / "omp.h"
-        header.parent.mkdir(parents=True, exist_ok=True)
-        header.write_bytes(archive.read(repair.OMP_HEADER))
-    return header.parent.parent
 
 
 def built_json(options: Options, fetched: official_wheels.OfficialWheel, official: Path,
@@ -474,15 +497,16 @@ def built_json(options: Options, fetched: official_wheels.OfficialWheel, officia
         "host": f"rehearsal: upstream's {official.name}",
         "cross_build": False,
         "source": source.to_json(),
-        "series_fingerprint": options.line.series_fingerprint if PLANT.name != "stale-series" else "planted",
+        "series_fingerprint": options.line.series_fingerprint if not PLANT.on("stale-series") else "planted",
         "patches": [patch.name for patch in options.line.patches],
+        "build_fingerprint": options.line.build_fingerprint,
         "toolchain": {},
         "build_requirements": None,
         "libomp_prefix": None,
         "built_at": buildinfo.now(),
     }
     if options.companion_of is None:
-        if PLANT.name == "no-omp-header":
+        if PLANT.on("no-omp-header"):
             libomp_prefix = layout.root / "planted-prefix-without-omp.h"
         record["libomp_prefix"] = str(libomp_prefix) if libomp_prefix else str(layout.root / "no-omp.h")
     else:
@@ -493,11 +517,20 @@ def built_json(options: Options, fetched: official_wheels.OfficialWheel, officia
 
 def build(options: Options, fetched: official_wheels.OfficialWheel, official: Path) -> tuple[Path, str]:
     """What the source, patch and build stages leave for repair: source.json, the patched
-    files, raw/<wheel> and built.json."""
+    files, raw/<wheel> linking an OpenMP runtime outside it (a torch line), and built.json."""
     layout = options.layout
     shutil.rmtree(layout.root, ignore_errors=True)
-    wheel, what = shape(official, options, layout.patched_tree, layout.raw(PYTHON))
-    prefix = _libomp_prefix(official, layout.root) if options.companion_of is None else None
+    omp = prefix = None
+    if options.companion_of is None:
+        with zipfile.ZipFile(official) as source:
+            runtimes = sorted((name != openmp_layout.OMP_LIBRARY, name) for name in source.namelist()
+                              if openmp_layout.is_runtime(name))  # fmt: skip
+            prefix = layout.root / "libomp"
+            omp = outside_openmp(prefix, source, runtimes[0][1]) if runtimes else None
+            if repair.OMP_HEADER in source.namelist():  # what this 'build' compiled against
+                (prefix / "include").mkdir(parents=True, exist_ok=True)
+                (prefix / "include" / "omp.h").write_bytes(source.read(repair.OMP_HEADER))
+    wheel, what = shape(official, options, layout.patched_tree, layout.raw(PYTHON), omp)
     built_json(options, fetched, official, wheel, prefix)
     return wheel, what
 
@@ -522,57 +555,142 @@ def arm64_target(options: Options, official: Path) -> tuple[str, str]:
                    f"the torch {X86_TORCH} x86_64 run)")  # fmt: skip
 
 
-def run_verify(r: Rehearsal, subject: str, options: Options, wheel: Path, target: tuple[str, str]) -> None:
-    """verify's checks on the repaired wheel; verified.json when every one passes.
-
-    Narrowed here, and only here: the binaries are upstream's arm64 ones, so the architecture
-    required is arm64 (x86_64 is required in the torch 2.2.2 run), the minimum macOS is
-    ``target``, and the compiled-patch markers cannot be in them.
+def narrowed(options: Options, official: Path) -> tuple[Options, str]:
+    """``options`` with what cannot hold for upstream's arm64 wheel narrowed, and why: the one
+    place this happens. The architecture delocate requires, the wheel is tagged for and verify
+    requires is arm64 (x86_64 in the torch 2.2.2 run), and the deployment target is
+    ``arm64_target``'s. Verify's compiled-patch markers are narrowed by ``_no_compiled_markers``.
     """
-    layout = options.layout
-    status = layout.dist(PYTHON) / VERIFIED
-    status.unlink(missing_ok=True)
-    expect = verify.expectation(options, PYTHON, SourceRecord.load(layout.source_record))
-    markers = expect.compiled_markers
-    expect = dataclasses.replace(expect, macho_arch="arm64" if expect.macho_arch else None,
-                                 macos_target=target[0] if expect.macos_target else None,
-                                 compiled_markers=())  # fmt: skip
-    findings = verify.verify_wheel(wheel, expect, layout.patched_tree, options.line.patches)
-    for finding in findings:
-        if finding.check == "compiled patch":
-            continue
-        detail = finding.detail
-        if finding.check == "library paths" and expect.macho_arch:
-            detail += f" (arm64 required here, x86_64 in the torch {X86_TORCH} run; minimum {target[1]})"
+    target, why = arm64_target(options, official)
+    torch = options.companion_of
+    if torch is not None and torch.line.macos_deployment_target != target:
+        # the torch wheel beside it was narrowed: pip installs the two for one Mac
+        target = torch.line.macos_deployment_target
+        why = f"macOS {target}, as the torch wheel it installs beside"
+    line = dataclasses.replace(options.line, macos_deployment_target=target)
+    if line.companion is not None:
+        line = dataclasses.replace(line, companion=dataclasses.replace(line.companion, macos_deployment_target=target))
+    reason = (f"narrowed for upstream's arm64 binaries: arm64 required and tagged (x86_64 in the "
+              f"torch {X86_TORCH} run), minimum {why}")  # fmt: skip
+    return dataclasses.replace(options, arch="arm64", line=line), reason
+
+
+@contextmanager
+def _no_compiled_markers() -> Iterator[None]:
+    """verify's expectation without the compiled patch's markers: upstream's binaries were
+    compiled without the series; only a Mac compile puts them in (the one thing narrowed
+    for every line, printed as its n/a line)."""
+    original = verify.expectation
+
+    def expectation(options: Options, python: PythonTarget, source: SourceRecord | None) -> verify.Expectation:
+        return dataclasses.replace(original(options, python, source), compiled_markers=())
+
+    verify.expectation = expectation
+    try:
+        yield
+    finally:
+        verify.expectation = original
+
+
+@contextmanager
+def _findings() -> Iterator[list[verify.Finding]]:
+    """What verify.verify found, check by check, for the verdict lines (it only logs them)."""
+    found: list[verify.Finding] = []
+    original = verify.verify_wheel
+
+    def verify_wheel(wheel: Path, expect: verify.Expectation, tree: Path,
+                     patches: tuple[Path, ...]) -> list[verify.Finding]:  # fmt: skip
+        result = original(wheel, expect, tree, patches)
+        found.extend(result)
+        return result
+
+    verify.verify_wheel = verify_wheel
+    try:
+        yield found
+    finally:
+        verify.verify_wheel = original
+
+
+def verify_for_real(r: Rehearsal, subject: str, options: Options, log: Log, note: str = "",
+                    narrowed_checks: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """verify.verify, as pipeline.py calls it; one verdict line per check it made."""
+    failed = None
+    with _findings() as found:
+        try:
+            verify.verify(options, log)
+        except BuildError as exc:
+            failed = exc
+    for finding in found:
+        if finding.check in narrowed_checks:
+            continue  # its n/a line says why
+        detail = finding.detail + (f" ({note})" if note and finding.check == "library paths" else "")
         r.say(subject, "verify", finding.check, "ok" if finding.ok else "FAIL", detail)
-    if markers:
-        r.say(subject, "verify", "compiled patch", "n/a", "the binaries are upstream's, compiled "
-              f"without the series; only a Mac compile puts {', '.join(markers)} into them")  # fmt: skip
-    if not all(finding.ok for finding in findings):
+    if failed is not None:
+        if all(finding.ok for finding in found):
+            r.say(subject, "verify", "verify", "FAIL", str(failed).replace("\n", " "))
         raise _Stop
-    verify.record_verified(status, wheel, findings)
 
 
-def run_target(r: Rehearsal, options: Options, official: Path, fetched: official_wheels.OfficialWheel,
-               tools: Path, log: Log) -> None:  # fmt: skip
+def _plant_repaired(options: Options) -> None:
+    """The plants in the repaired wheel verify reads (delocate writes RECORD anew, removes
+    build-machine rpaths and names the wheel): a RECORD row with another sha256; a build
+    machine's LC_RPATH in torch/_C.so, no torch/include/omp.h or a WHEEL declaring the other
+    architecture, RECORD kept true; a newer platform tag in the file name."""
+    wheel = Path(_fsutil.read_json(options.layout.dist(PYTHON) / REPAIRED)["wheel"])
+    planted = wheel.with_name(wheel.name + ".planted")
+    changed: dict[str, bytes] = {}
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(planted, "w", zipfile.ZIP_STORED) as out, \
+            tempfile.TemporaryDirectory(prefix="rehearse-macho-") as folder:  # fmt: skip
+        for info in source.infolist():
+            if PLANT.on("no-omp-h") and info.filename == openmp_layout.OMP_HEADER:
+                changed[info.filename] = b""
+                continue
+            data = source.read(info)
+            if PLANT.on("build-machine-rpath") and re.fullmatch(r"torch/_C\..*\.so", info.filename):
+                local = Path(folder) / "binary"
+                local.write_bytes(data)
+                _edit(local, ["-add_rpath", "/Users/runner/work/_temp/anaconda/envs/planted/lib"])
+                data = changed[info.filename] = local.read_bytes()
+            if PLANT.on("wheel-tag") and info.filename.endswith(".dist-info/WHEEL"):
+                other = "x86_64" if options.arch != "x86_64" else "arm64"
+                data = changed[info.filename] = data.replace(options.arch.encode(), other.encode())
+            if info.filename.endswith(".dist-info/RECORD"):
+                rows = list(csv.reader(io.StringIO(data.decode())))
+                rows = [row for row in rows if not (PLANT.on("no-omp-h") and row and row[0] == openmp_layout.OMP_HEADER)]
+                for row in rows:
+                    if row and row[0] in changed:
+                        row[1:] = [buildinfo.record_hash(changed[row[0]]), str(len(changed[row[0]]))]
+                if PLANT.on("record-row"):
+                    rows[0][1] = "sha256=" + "A" * 43
+                text = io.StringIO()
+                csv.writer(text, lineterminator="\n").writerows(rows)
+                data = text.getvalue().encode()
+            out.writestr(info, data)
+    planted.replace(wheel)
+    if PLANT.on("retagged"):
+        renamed = wheel.with_name(re.sub(r"macosx_\d+_\d+_", "macosx_15_0_", wheel.name))
+        wheel.replace(renamed)
+        record = options.layout.dist(PYTHON) / REPAIRED
+        _fsutil.write_json_atomic(record, {**_fsutil.read_json(record), "wheel": str(renamed)})
+
+
+def run_target(r: Rehearsal, options: Options, reason: str, official: Path,
+               fetched: official_wheels.OfficialWheel, tools: Path, log: Log) -> None:  # fmt: skip
     subject = f"{options.line.name} {options.line.version}"
     with r.stage(subject, "build", "shaped as built"):
         raw, what = build(options, fetched, official)
     r.say(subject, "build", "shaped as built", "ok", what)
-    target = arm64_target(options, official)
-    with r.stage(subject, "repair", "Mach-O checks"), on_a_mac(tools):
-        repair.check_machos(raw, target[0], repair.sdk_path())
-    r.say(subject, "repair", "Mach-O checks", "ok", f"no duplicate LC_RPATH, no minos above {target[1]} "
-          f"in {raw.name} (no macOS SDK here: no availability annotations read)")  # fmt: skip
-    r.say(subject, "repair", "delocate and relocate", "n/a", "delocate tags a wheel for its binaries' "
-          f"architecture, arm64 here: they run on torch {X86_TORCH}'s x86_64 wheel")  # fmt: skip
-    with r.stage(subject, "repair", "build information"):
-        record = _fsutil.read_json(options.layout.dist(PYTHON) / BUILT)
-        note = "rehearsal: upstream's wheel, delocated by upstream"
-        repaired = repair.finish(options, PYTHON, record, Path(record["wheel"]), note, log)
-    r.say(subject, "repair", "build information", "ok", f"{buildinfo.FILENAME} in {repaired.name}")
-    run_verify(r, subject, options, repaired, target)
-    if PLANT.name == "index-sha256" and options.companion_of is None:
+    repair_for_real(r, subject, options, raw, tools, log, reason)
+    if options.companion_of is None and any(map(PLANT.on, ("record-row", "build-machine-rpath", "retagged", "no-omp-h", "wheel-tag"))):
+        _plant_repaired(options)
+    markers = verify.expectation(options, PYTHON, None).compiled_markers
+    with _no_compiled_markers():
+        verify_for_real(r, subject, options, log, reason, ("compiled patch",) if markers else ())
+    if markers:
+        r.say(subject, "verify", "compiled patch", "n/a", "the binaries are upstream's, compiled "
+              f"without the series; only a Mac compile puts {', '.join(markers)} into them")  # fmt: skip
+    repaired = Path(_fsutil.read_json(options.layout.dist(PYTHON) / VERIFIED)["wheel"])
+    if PLANT.on("index-sha256") and options.companion_of is None:
         with repaired.open("ab") as handle:
             handle.write(b"planted")  # bytes changed after verification
     with r.stage(subject, "index", "index and install"):
@@ -580,38 +698,60 @@ def run_target(r: Rehearsal, options: Options, official: Path, fetched: official
     r.say(subject, "index", "index and install", "ok",
           f"in {options.wheels_dir / 'simple'}; pip resolves {index_stage.install_pins(options)} from it alone")  # fmt: skip
     source = SourceRecord.load(options.layout.source_record)
-    pin = "0" * 64 if PLANT.name == "changed-source" else source.sha256 if source else None
+    pin = "0" * 64 if PLANT.on("changed-source") else source.sha256 if source else None
     done = index_stage.up_to_date(options, pin)
     r.say(subject, "index", "no-op rebuild", "ok" if done else "FAIL",
           "make build would find it up to date" if done else "make build would not see it as built")  # fmt: skip
 
 
+def fetch(r: Rehearsal, subject: str, project: str, version: str, arch: str, work: Path, log: Log,
+          args: argparse.Namespace) -> tuple[Path, official_wheels.OfficialWheel]:  # fmt: skip
+    """official_wheels.fetch: the wheel from the cache, hashing to what the index publishes."""
+    cache, offline = args.cache, args.offline
+    planted = "corrupt-x86-wheel" if arch == "x86_64" else "corrupt-wheel" if project == "torch" else ""
+    with r.stage(subject, "fetch", "official wheel"):
+        if PLANT.on(planted):
+            cache, offline = _corrupt_copy(args.cache, project, version, arch, work / "tmp" / "planted-cache"), True
+        official, fetched = official_wheels.fetch(project, version, arch, log, cache=cache, offline=offline)
+    r.say(subject, "fetch", "official wheel", "ok", f"{official.name}, sha256 {fetched.sha256[:16]}... as published")
+    return official, fetched
+
+
+def _corrupt_copy(cache: Path, project: str, version: str, arch: str, copy: Path) -> Path:
+    """A copy of ``cache``'s record and wheel of one project, the wheel's last byte changed."""
+    record = cache / f"{project}-{version}-{arch}.json"
+    wheel = cache / _fsutil.read_json(record)["filename"]
+    copy.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(record, copy / record.name)
+    data = bytearray(wheel.read_bytes())
+    data[-1] ^= 1
+    (copy / wheel.name).write_bytes(bytes(data))
+    return copy
+
+
 def rehearse_line(r: Rehearsal, version: str, work: Path, log: Log, args: argparse.Namespace) -> None:
-    options = line_options(version, work, args.catalog)
-    for target in (options, options.companion()):
-        if target is None:
-            continue
+    target: Options | None = line_options(version, work, args.catalog)
+    while target is not None:
         subject = f"{target.line.name} {target.line.version}"
-        with r.stage(subject, "fetch", "official wheel"):
-            official, fetched = official_wheels.fetch(
-                target.line.name, target.line.version, "arm64", log, cache=args.cache, offline=args.offline
-            )
-        r.say(subject, "fetch", "official wheel", "ok", f"{official.name}, sha256 {fetched.sha256[:16]}... as published")
-        run_target(r, target, official, fetched, mac_tools.write(work / "mac-tools"), log)
+        official, fetched = fetch(r, subject, target.line.name, target.line.version, "arm64", work, log, args)
+        target, reason = narrowed(target, official)
+        run_target(r, target, reason, official, fetched, _tools(work), log)
+        target = target.companion()
 
 
-#: macOS, as repair_one asks the host: delocate runs here through maint/mac_tools' stand-ins.
+#: macOS, as repair() asks the host: delocate runs here through maint/mac_tools' stand-ins.
 MAC = Host("Darwin", "x86_64", "rehearsal", 1, 0, None, None, None)
 
 
-def pinned_openmp(log: Log, offline: bool) -> Path:
+def pinned_openmp(log: Log, offline: bool, cache: Path | None = None) -> Path:
     """The pinned llvm-openmp's prefix (x86_64, what our build links), fetched if need be."""
     package = native_deps.load()[macos.OPENMP_PACKAGE]
-    prefix = native_deps.default_cache() / package.prefix_name()
-    if offline and not (prefix / ".complete").is_file():
+    cache = cache or native_deps.default_cache()
+    prefix = cache / package.prefix_name()
+    if (offline or PLANT.on("no-pinned-openmp")) and not (prefix / ".complete").is_file():
         raise BuildError(f"the pinned {package.name} is not in {prefix.parent}: fetch it with "
                          f"python -m intelmac_torch_builder native fetch {package.name}")  # fmt: skip
-    return native_deps.ensure(package, native_deps.default_cache(), log)
+    return native_deps.ensure(package, cache, log)
 
 
 def outside_openmp(prefix: Path, official: zipfile.ZipFile, runtime: str | None,
@@ -655,19 +795,14 @@ def unbundled(official: Path, omp: Path, destination: Path) -> tuple[Path, list[
             if _binaries.kind(data[:8]) == "macho":
                 local = Path(folder) / "binary"
                 local.write_bytes(data)
-                slices = _binaries.read_macho(local)
-                loads = sorted({load for piece in slices for load in piece.dylibs
+                loads = sorted({load for piece in _binaries.read_macho(local) for load in piece.dylibs
                                 if openmp_layout.is_runtime(load)})  # fmt: skip
                 if loads:
                     _edit(local, [arg for load in loads for arg in ("-change", load, str(omp))])
                     relinked.append(info.filename)
-                repeats = {rpath for piece in slices for rpath in macho_checks.duplicate_rpaths(piece)}
-                for rpath in sorted(repeats if PLANT.name != "duplicate-rpath" else ()):
+                if _single_rpaths(local, keep=PLANT.on("duplicate-rpath")):
                     # 2.2.2's _C.so repeats its build machine's rpath; our series links each
                     # once (2.6.0's 0007-build-single-lc-rpath), and the repair refuses a repeat.
-                    _edit(local, ["-delete_rpath", rpath])
-                    if rpath not in [rp for piece in _binaries.read_macho(local) for rp in piece.rpaths]:
-                        _edit(local, ["-add_rpath", rpath])
                     single.append(info.filename)
                 data = local.read_bytes()
             out.writestr(info.filename, data)
@@ -687,23 +822,36 @@ def on_a_mac(tools: Path) -> Iterator[None]:
         yield
 
 
+def _tools(work: Path) -> Path:
+    """The Mach-O tools' stand-ins (mac_tools.py), with the unsigned plant's codesign."""
+    tools = mac_tools.write(work / "mac-tools")
+    if PLANT.on("unsigned"):
+        (tools / "codesign").write_text("#!/bin/sh\n# planted: signs nothing, records nothing\n", encoding="utf-8")
+    return tools
+
+
 def repair_for_real(r: Rehearsal, subject: str, options: Options, raw: Path, tools: Path,
-                    log: Log) -> Path:  # fmt: skip
-    """The repair stage's own repair_one (Mach-O checks, delocate, relocate, build information)."""
+                    log: Log, reason: str) -> Path:  # fmt: skip
+    """The repair stage's own repair(), as pipeline.py calls it: the Mach-O checks, delocate,
+    relocate and the build information, with LLVM's Mach-O tools in Apple's roles."""
     mac_tools.forget(tools)
     check = "Mach-O checks, delocate, relocate"
     with r.stage(subject, "repair", check), on_a_mac(tools), _relocate_planted():
-        repaired = repair.repair_one(options, PYTHON, log, MAC)
+        (repaired,) = repair.repair(options, log, MAC)
     with zipfile.ZipFile(raw) as before, zipfile.ZipFile(repaired) as after:
         bundled = sorted(name for name in set(after.namelist()) - set(before.namelist()) if not name.endswith("/"))
     names = ", ".join(Path(mac_tools.llvm_tool(name)).name for name in mac_tools.LLVM_NAMES.values())
     r.say(subject, "repair", check, "ok",
-          f"repair_one: no duplicate LC_RPATH, no minos above {options.line.macos_deployment_target} "
+          f"repair(): no duplicate LC_RPATH, no minos above {options.line.macos_deployment_target} "
           f"(no macOS SDK here: no availability annotations read); delocate-wheel "
-          f"{repair._delocate_version()} and openmp_layout.relocate ran with {names} as otool, "
-          f"install_name_tool, lipo; the wheel gained {', '.join(bundled) or 'nothing'}")  # fmt: skip
+          f"{repair._delocate_version()} --require-archs {options.arch} and openmp_layout.relocate ran "
+          f"with {names} as otool, install_name_tool, lipo; {repaired.name} gained "
+          f"{', '.join(bundled) or 'nothing'}{f'; {reason}' if reason else ''}")  # fmt: skip
     signed = mac_tools.signing(tools)
-    r.say(subject, "repair", "signing", "FAIL" if signed.unsigned or not signed.edited else "ok",
+    # A torch wheel always has edits (its OpenMP runtime relinked); a companion whose rpaths
+    # our LDFLAGS already gave may have none.
+    none_edited = not signed.edited and options.companion_of is None
+    r.say(subject, "repair", "signing", "FAIL" if signed.unsigned or none_edited else "ok",
           f"{len(signed.edited)} binaries edited, not signed afterwards: {', '.join(signed.unsigned)}"
           if signed.unsigned else f"{len(signed.edited)} binaries edited by install_name_tool, each "
           f"signed after its last edit ({signed.signed} codesign calls, recorded: no codesign on Linux)")  # fmt: skip
@@ -716,28 +864,24 @@ def x86_checks(r: Rehearsal, options: Options, targets: list[str], work: Path, l
     OpenMP runtime taken out, every binary linking the pinned llvm-openmp outside the wheel),
     then verify's checks that do not read the series, against the lowest deployment target."""
     subject = f"torch {X86_TORCH} x86_64"
-    with r.stage(subject, "fetch", "official wheel"):
-        official, fetched = official_wheels.fetch("torch", X86_TORCH, "x86_64", log, cache=args.cache, offline=args.offline)
-    r.say(subject, "fetch", "official wheel", "ok", f"{official.name}, sha256 {fetched.sha256[:16]}... as published")
+    official, fetched = fetch(r, subject, "torch", X86_TORCH, "x86_64", work, log, args)
     lowest = min(targets, key=lambda text: tuple(int(part) for part in text.split(".")))
     line = next(version for version in args.lines if options.catalog.line(version).macos_deployment_target == lowest)
     x86 = line_options(line, work / "x86_64", args.catalog)
     shutil.rmtree(x86.layout.root, ignore_errors=True)
     with r.stage(subject, "build", "shaped as built"), zipfile.ZipFile(official) as source:
-        omp = outside_openmp(x86.layout.root / "libomp", source, None, pinned_openmp(log, args.offline))
+        native = work / "tmp" / "empty-native-cache" if PLANT.on("no-pinned-openmp") else None
+        omp = outside_openmp(x86.layout.root / "libomp", source, None, pinned_openmp(log, args.offline, native))
         raw, relinked, single = unbundled(official, omp, x86.layout.raw(PYTHON) / official.name)
         built_json(x86, fetched, official, raw, omp.parent.parent)
     r.say(subject, "build", "shaped as built", "ok", f"its OpenMP runtimes taken out; {len(relinked)} "
           f"binaries link the pinned llvm-openmp's libomp.dylib at {omp} instead; the repeated "
           f"LC_RPATH of {', '.join(single) or 'none'} left once, as the series' 2.6.0 patch 0007 links it")  # fmt: skip
-    tools = mac_tools.write(work / "mac-tools")
-    if PLANT.name == "unsigned":
-        (tools / "codesign").write_text("#!/bin/sh\n# planted: signs nothing, records nothing\n", encoding="utf-8")
-    repaired = repair_for_real(r, subject, x86, raw, tools, log)
+    repaired = repair_for_real(r, subject, x86, raw, _tools(work), log, "")
     with zipfile.ZipFile(repaired) as archive:
         dist_info = buildinfo.dist_info_dir(archive.namelist())
         findings = (verify.check_record(archive, dist_info)
-                    + verify.check_binaries(archive, "x86_64", lowest)
+                    + verify.check_binaries(archive, x86.arch, lowest)
                     + verify.check_openmp(archive, True))  # fmt: skip
     for finding in findings:
         r.say(subject, "verify", f"{finding.check} (x86_64, macOS {lowest})", "ok" if finding.ok else "FAIL", finding.detail)
@@ -843,8 +987,10 @@ def run(args: argparse.Namespace) -> int:
     (work / RESULT).unlink(missing_ok=True)
     (work / "tmp").mkdir(parents=True)
     args.lines = versions
-    PLANT.name = args.plant
-    scope = PLANTS[args.plant].scope if args.plant else None
+    # Of the inputs as the run starts: code edited while it runs is not what it rehearsed.
+    inputs = fingerprint(versions, args.cache)
+    PLANT.names = frozenset(args.plant)
+    scopes = {PLANTS[name].scope for name in args.plant} or {"torch", "x86"}
     tools = ", ".join(f"{Path(mac_tools.llvm_tool(name)).name} as {apple}"
                       for apple, name in mac_tools.LLVM_NAMES.items())  # fmt: skip
     # delocate and the repair unpack wheels into the temporary folder: count them in here.
@@ -855,9 +1001,9 @@ def run(args: argparse.Namespace) -> int:
         r.out.print(f"rehearse: {', '.join(versions)} on upstream's official wheels "
                     f"(stage output in {work / 'stages.log'}); delocate {repair._delocate_version()} "
                     f"with {tools}", markup=False)  # fmt: skip
-        if args.plant:
-            r.out.print(f"rehearse: planted {args.plant}: {PLANTS[args.plant].what}", markup=False)
-        for version in versions if scope != "x86" else ():
+        for name in args.plant:
+            r.out.print(f"rehearse: planted {name}: {PLANTS[name].what}", markup=False)
+        for version in versions if scopes - {"x86"} else ():
             try:
                 rehearse_line(r, version, work, log, args)
             except _Stop:
@@ -866,7 +1012,7 @@ def run(args: argparse.Namespace) -> int:
                 scrub(work)
                 (work / "tmp").mkdir(parents=True)
         try:
-            if scope in (None, "x86"):
+            if "x86" in scopes:
                 x86_checks(r, line_options(versions[-1], work, args.catalog),
                            [catalog.line(v).macos_deployment_target for v in versions], work, log, args)
         except _Stop:
@@ -878,7 +1024,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{counts['FAIL']} failed; peak scratch {disk.peak / 1000**3:.2f} GB", markup=False)  # fmt: skip
     code = 1 if r.failed else 0
     _fsutil.write_json_atomic(work / RESULT, {
-        "fingerprint": fingerprint(versions, args.cache), "lines": versions, "plant": args.plant,
+        "fingerprint": inputs, "lines": versions, "plant": args.plant,
         "exit_code": code,
         "peak_bytes": disk.peak, "verdicts": [verdict.line() for verdict in r.verdicts],
     })  # fmt: skip
@@ -918,8 +1064,8 @@ def register(subparsers: Any) -> None:
                         help="where the official wheels are kept (default: %(default)s)")  # fmt: skip
     parser.add_argument("--offline", action="store_true",
                         help="use only wheels already in the cache; never reach the index")  # fmt: skip
-    parser.add_argument("--plant", choices=sorted(PLANTS), metavar="FAULT",
-                        help="plant one fault in the input, which one check must fail (the tests run "
+    parser.add_argument("--plant", choices=sorted(PLANTS), metavar="FAULT", action="append", default=[],
+                        help="plant a fault in the input, which its check must fail (repeatable; the tests run "
                         f"each; docs/building.md lists them): {', '.join(sorted(PLANTS))}")  # fmt: skip
     parser.add_argument("--fetch-only", action="store_true",
                         help="only fill the cache with the official wheels (make upstream-material)")  # fmt: skip

@@ -160,7 +160,7 @@ def resolution_problems(options: Options, python: PythonTarget) -> list[str]:
         platform = []
         if options.builder == "pytorch-macos":
             major, _, minor = options.line.macos_deployment_target.partition(".")
-            platform = ["--platform", f"macosx_{major}_{minor or '0'}_x86_64",
+            platform = ["--platform", f"macosx_{major}_{minor or '0'}_{options.arch}",
                         "--python-version", python.version, "--implementation", "cp",
                         "--target", str(Path(folder) / "target")]  # fmt: skip
         result = subprocess.run(

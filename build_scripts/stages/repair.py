@@ -33,7 +33,9 @@ def repaired_dir(options: Options, python: PythonTarget) -> Path:
     return options.layout.dist(python) / "repaired"
 
 
-def delocate_argv(wheel: Path, out_dir: Path, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+def delocate_argv(
+    wheel: Path, out_dir: Path, extra: tuple[str, ...] = (), arch: str = "x86_64"
+) -> tuple[str, ...]:
     beside = Path(sys.executable).parent / "delocate-wheel"
     tool = str(beside) if beside.exists() else "delocate-wheel"
     # --sanitize-rpaths (delocate 0.10.6+; later releases default to it, spelled out here):
@@ -44,7 +46,7 @@ def delocate_argv(wheel: Path, out_dir: Path, extra: tuple[str, ...] = ()) -> tu
     return (
         tool,
         "--require-archs",
-        "x86_64",
+        arch,
         "--sanitize-rpaths",
         *extra,
         "-w",
@@ -203,7 +205,7 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                 f"newer than macOS {options.line.macos_deployment_target}, no minos above it)"
             )
             log.run_logged(
-                delocate_argv(raw, Path(scratch), delocate_extra(options)),
+                delocate_argv(raw, Path(scratch), delocate_extra(options), options.arch),
                 label=f"delocate {python.tag}",
                 log_file=options.layout.logs / f"repair-{python.tag}.log",
                 env=environment(delocate_env(options)),
@@ -215,7 +217,7 @@ def repair_one(options: Options, python: PythonTarget, log: Log, host: Host) -> 
                 )
             wheel = produced[0]
             note = (
-                "delocate-wheel --require-archs x86_64 --sanitize-rpaths: non-system libraries "
+                f"delocate-wheel --require-archs {options.arch} --sanitize-rpaths: non-system libraries "
                 "(libomp) bundled, rpaths outside the wheel removed"
             )
             # delocate put libomp in torch/.dylibs; torch.compile links -lomp in torch/lib. And
@@ -279,9 +281,9 @@ def plan(options: Options) -> Section:
             )
             steps.append(
                 Step(
-                    f"bundle non-system libraries into the {python.tag} wheel, require x86_64"
+                    f"bundle non-system libraries into the {python.tag} wheel, require {options.arch}"
                     + (", leave torch's libraries out" if delocate_extra(options) else ""),
-                    delocate_argv(raw, out, delocate_extra(options)),
+                    delocate_argv(raw, out, delocate_extra(options), options.arch),
                 )
             )
             steps.append(

@@ -129,10 +129,10 @@ def _torch_expectation(
         # newer macOS (delocate re-tags when a bundled library needs one) would not install
         # on the Macs this line targets, so the tag must be exactly the catalog's.
         major, _, minor = options.line.macos_deployment_target.partition(".")
-        platform = re.compile(rf"^macosx_{major}_{minor or '0'}_x86_64$")
+        platform = re.compile(rf"^macosx_{major}_{minor or '0'}_{options.arch}$")
         return Expectation(
             name, options.wheel_version, options.catalog.local_label,
-            frozenset({tag}), frozenset({tag, "none"}), platform, "x86_64", expected_info,
+            frozenset({tag}), frozenset({tag, "none"}), platform, options.arch, expected_info,
             # The policy header's option names end up in libtorch_cpu only if the patched
             # MPSDevice.mm was compiled in (a stale build tree would lack them).
             compiled_markers=(contract.ALLOW_ENV, contract.DEVICE_ENV),

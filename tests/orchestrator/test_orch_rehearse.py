@@ -2,8 +2,9 @@
 
 repair, verify, index and pip's resolution of the install command run, as ``make build`` runs
 them, on upstream's own torch (macOS arm64) and torchvision wheels of each line, shaped as our
-build leaves its wheels; delocate, relocate and the repair's Mach-O checks run for real on
-upstream's last x86_64 torch (2.2.2), then verify's checks of their output.
+build leaves its wheels: repair() (the Mach-O checks, delocate, relocate) and verify() run
+on them as pipeline.py calls them, and on upstream's last x86_64 torch (2.2.2) the repair
+and verify's series-independent checks run with x86_64 required.
 The wheels come from the cache that ``make upstream-material`` (and ``make rehearse``) fill:
 this test never reaches the network (``--offline``). Without them it skips, and under CI=true
 or INTELMAC_REQUIRE_WHEELS=1 (.ci/run) it fails instead. CI runs the rehearsal once: the test
@@ -108,16 +109,25 @@ def test_the_rehearsal_passes_on_every_line(tmp_path: Path) -> None:
             subjects.append(f"{line.companion.name} {line.companion.version}")
         for subject in subjects:
             # Each stage ran on each wheel, and each said what it could not check.
-            for stage, check in (("build", "shaped as built"), ("repair", "Mach-O checks"),
-                                 ("repair", "build information"), ("verify", "patched code"),
-                                 ("verify", "RECORD hashes"), ("verify", "library paths"),
+            # delocate, relocate and the repair's Mach-O checks ran for real (repair()), and
+            # every edited binary was signed again.
+            for stage, check in (("fetch", "official wheel"), ("build", "shaped as built"),
+                                 ("repair", "Mach-O checks, delocate, relocate"), ("repair", "signing"),
+                                 ("verify", "patched code"), ("verify", "RECORD hashes"),
+                                 ("verify", "library paths"), ("verify", "tags"), ("verify", "build info"),
                                  ("index", "index and install"), ("index", "no-op rebuild")):  # fmt: skip
                 assert verdicts.get((subject, stage, check)) == "ok", (subject, stage, check, out)
-            assert verdicts.get((subject, "repair", "delocate and relocate")) == "n/a", out
+            repaired = next(row for row in lines if ROW.match(row) and row.split()[1:4] == [*subject.split(), "repair"])
+            assert "--require-archs arm64" in repaired and "arm64 required and tagged" in repaired, repaired
+        assert verdicts.get((f"torch {line.version}", "verify", "OpenMP layout")) == "ok", out
+        assert verdicts.get((f"torch {line.version}", "verify", "compiled patch")) == "n/a", out
         if line.companion is not None:
             subject = f"{line.companion.name} {line.companion.version}"
             for check in ("image codecs", "MPS kernels", "links our libtorch", "requires torch"):
                 assert verdicts.get((subject, "verify", check)) == "ok", (subject, check, out)
+    # Only the compiled patch cannot run on upstream's binaries; the output names the tools.
+    assert all(status != "n/a" or key[2] == "compiled patch" for key, status in verdicts.items()), out
+    assert all(name in out for name in ("delocate-wheel", "llvm-otool", "llvm-install-name-tool", "llvm-lipo")), out
     # delocate, relocate, the Mach-O checks and the signing ran for real on the x86_64 wheel.
     x86 = f"torch {rehearse.X86_TORCH} x86_64"
     for check in ("Mach-O checks, delocate, relocate", "signing"):
